@@ -1,0 +1,285 @@
+// Package assets is the domain service behind /api/v2/assets: ingest,
+// dedup with per-account privacy, from-hash, lookup, delete and content. It
+// knows nothing of Caddy; the comfy_assets handler parses requests and
+// renders what this package returns.
+package assets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"os"
+	"path"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/idem"
+	"github.com/comfygate/comfygate/modules/ingest"
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
+)
+
+// Retention bounds of the expires_in override (the contract's).
+const (
+	MinExpiresIn = 60
+	MaxExpiresIn = 604800
+)
+
+// Service is the assets domain service.
+type Service struct {
+	Store storage.Store
+	Blobs *blob.FileSystem
+	// DefaultRetention is applied when a request has no expires_in; zero
+	// means assets never expire.
+	DefaultRetention time.Duration
+	// MaxUploadBytes bounds a whole upload request body.
+	MaxUploadBytes int64
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Result is a created or found asset and how the response should report it.
+type Result struct {
+	Asset storage.Asset
+	// New is true when the request minted a new record; false when an
+	// identical existing record was returned as-is.
+	New bool
+	// CreatedNew is the asset's created_new: false only for a dedup hit on
+	// bytes the caller's own account already held.
+	CreatedNew bool
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// expiry turns an expires_in override (0 = absent) into an expiry time.
+func (s *Service) expiry(expiresIn int) (*time.Time, error) {
+	var d time.Duration
+	switch {
+	case expiresIn == 0:
+		d = s.DefaultRetention
+	case expiresIn < MinExpiresIn || expiresIn > MaxExpiresIn:
+		return nil, apierr.Validation(fmt.Sprintf("expires_in must be between %d and %d seconds", MinExpiresIn, MaxExpiresIn))
+	default:
+		d = time.Duration(expiresIn) * time.Second
+	}
+	if d <= 0 {
+		return nil, nil
+	}
+	t := s.now().Add(d).UTC()
+	return &t, nil
+}
+
+// Upload ingests a multipart upload body for account. Nothing is left
+// behind on any failure: the staged bytes are discarded unless a record
+// commits over them.
+func (s *Service) Upload(ctx context.Context, account string, body io.Reader, contentType string) (Result, error) {
+	req, err := ingest.Parse(ctx, body, contentType, s.Blobs, ingest.Limits{MaxBytes: s.MaxUploadBytes})
+	if err != nil {
+		return Result{}, err
+	}
+	defer req.Upload.Abort()
+	expires, err := s.expiry(req.ExpiresIn)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := idem.Reach(ctx); err != nil {
+		return Result{}, err
+	}
+	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
+		ID:             uuid.NewString(),
+		AccountID:      account,
+		Hash:           req.Hash,
+		SizeBytes:      req.Size,
+		ContentType:    req.ContentType,
+		FilePath:       req.FilePath,
+		Tags:           req.Tags,
+		ExpiresAt:      expires,
+		IdempotencyKey: idem.KeyOf(ctx),
+	}, func(string) error { return req.Upload.Publish() })
+	if err != nil {
+		return Result{}, storeErr(err)
+	}
+	return Result{Asset: created.Asset, New: true, CreatedNew: !created.AccountHadBlob}, nil
+}
+
+// FromHashRequest is the body of POST /api/v2/assets/from-hash.
+type FromHashRequest struct {
+	Hash      string   `json:"hash"`
+	FilePath  *string  `json:"file_path"`
+	Tags      []string `json:"tags"`
+	ExpiresIn *int     `json:"expires_in"`
+}
+
+// FromHash mints an asset over bytes the caller's account already holds. An
+// identical reference (same hash and file path) is returned as-is. A hash the
+// caller does not hold is blob_not_found, whoever else holds it.
+func (s *Service) FromHash(ctx context.Context, account string, in FromHashRequest) (Result, error) {
+	hash, err := blob.ParseHash(in.Hash)
+	if err != nil {
+		return Result{}, apierr.Validation("hash must be blake3:<64 hex digits>")
+	}
+	filePath := ""
+	if in.FilePath != nil {
+		cleaned, err := ingest.CleanFilePath(*in.FilePath)
+		if err != nil {
+			return Result{}, err
+		}
+		filePath = cleaned
+	}
+	expiresIn := 0
+	if in.ExpiresIn != nil {
+		if *in.ExpiresIn == 0 {
+			return Result{}, apierr.Validation(fmt.Sprintf("expires_in must be between %d and %d seconds", MinExpiresIn, MaxExpiresIn))
+		}
+		expiresIn = *in.ExpiresIn
+	}
+	expires, err := s.expiry(expiresIn)
+	if err != nil {
+		return Result{}, err
+	}
+	if existing, err := s.Store.FindAsset(ctx, account, hash, filePath); err == nil && !s.expired(existing) {
+		return Result{Asset: existing}, nil
+	} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return Result{}, apierr.Upstream(err)
+	}
+	size, ok, err := s.Store.AccountBlob(ctx, account, hash)
+	if err != nil {
+		return Result{}, apierr.Upstream(err)
+	}
+	if !ok {
+		return Result{}, apierr.BlobNotFound()
+	}
+	if err := idem.Reach(ctx); err != nil {
+		return Result{}, err
+	}
+	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
+		ID:             uuid.NewString(),
+		AccountID:      account,
+		Hash:           hash,
+		SizeBytes:      size,
+		ContentType:    contentTypeOf(filePath),
+		FilePath:       filePath,
+		Tags:           in.Tags,
+		ExpiresAt:      expires,
+		IdempotencyKey: idem.KeyOf(ctx),
+	}, s.requirePresent)
+	if err != nil {
+		return Result{}, storeErr(err)
+	}
+	return Result{Asset: created.Asset, New: true, CreatedNew: !created.AccountHadBlob}, nil
+}
+
+// requirePresent is the publish step of a create over bytes already stored:
+// it only checks that they are there.
+func (s *Service) requirePresent(hash string) error {
+	ok, err := s.Blobs.Exists(hash)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("blob %s is recorded but its bytes are missing: %w", hash, os.ErrNotExist)
+	}
+	return nil
+}
+
+// HasBlob reports whether the caller may mint from hash (HEAD by-hash).
+func (s *Service) HasBlob(ctx context.Context, account, rawHash string) (bool, error) {
+	hash, err := blob.ParseHash(rawHash)
+	if err != nil {
+		return false, nil // a malformed hash is simply not one of the caller's
+	}
+	_, ok, err := s.Store.AccountBlob(ctx, account, hash)
+	if err != nil {
+		return false, apierr.Upstream(err)
+	}
+	return ok, nil
+}
+
+// Get returns the caller's unexpired asset.
+func (s *Service) Get(ctx context.Context, account, id string) (storage.Asset, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return storage.Asset{}, notFound()
+	}
+	a, err := s.Store.GetAsset(ctx, account, id)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && s.expired(a)) {
+		return storage.Asset{}, notFound()
+	}
+	if err != nil {
+		return storage.Asset{}, apierr.Upstream(err)
+	}
+	return a, nil
+}
+
+// Delete removes the caller's asset record, and its bytes when no other
+// record references them.
+func (s *Service) Delete(ctx context.Context, account, id string) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return notFound()
+	}
+	err := s.Store.DeleteAsset(ctx, account, id, s.Blobs.Remove)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, storage.ErrNotFound):
+		return notFound()
+	case errors.Is(err, storage.ErrInUse):
+		return apierr.AssetInUse()
+	default:
+		return apierr.Upstream(err)
+	}
+}
+
+// Open returns the caller's asset and its bytes. The caller closes the file.
+func (s *Service) Open(ctx context.Context, account, id string) (storage.Asset, *os.File, error) {
+	a, err := s.Get(ctx, account, id)
+	if err != nil {
+		return a, nil, err
+	}
+	f, _, err := s.Blobs.Open(a.Hash)
+	if errors.Is(err, os.ErrNotExist) {
+		return a, nil, apierr.New(404, "blob_not_found", "the asset's bytes are not available")
+	}
+	if err != nil {
+		return a, nil, apierr.Upstream(err)
+	}
+	return a, f, nil
+}
+
+// SweepExpired removes assets past their retention, with their bytes when
+// unreferenced. It returns how many it removed.
+func (s *Service) SweepExpired(ctx context.Context, limit int) (int, error) {
+	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.Blobs.Remove)
+}
+
+func (s *Service) expired(a storage.Asset) bool {
+	return a.ExpiresAt != nil && !a.ExpiresAt.After(s.now())
+}
+
+func notFound() error { return apierr.NotFound("asset not found") }
+
+func storeErr(err error) error {
+	if errors.Is(err, storage.ErrDuplicate) {
+		return apierr.IdempotencyKeyReuse()
+	}
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	return apierr.Upstream(err)
+}
+
+// contentTypeOf guesses a media type from a file name.
+func contentTypeOf(filePath string) string {
+	if t := mime.TypeByExtension(path.Ext(filePath)); t != "" {
+		return t
+	}
+	return "application/octet-stream"
+}

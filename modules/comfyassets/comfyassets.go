@@ -1,0 +1,204 @@
+// Package comfyassets is the comfy_assets handler: the /api/v2/assets
+// routes. It parses requests, calls the assets service and renders its
+// results; errors go back to error_envelope.
+package comfyassets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/modules/principal"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// multipartSlack is the room allowed for multipart framing around a file of
+// the maximum size.
+const multipartSlack = 1 << 20
+
+// maxJSONBody bounds the small JSON bodies of this API.
+const maxJSONBody = 64 << 10
+
+// Handler serves /api/v2/assets.
+type Handler struct {
+	app *comfygate.App
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.comfy_assets",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision reaches the app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	app, err := ctx.App("comfygate")
+	if err != nil {
+		return fmt.Errorf("comfy_assets: %w", err)
+	}
+	h.app = app.(*comfygate.App)
+	return nil
+}
+
+// ServeHTTP routes an assets request. Paths outside /api/v2/assets pass to next.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	_, rest, ok := httpx.Route(r.URL.Path)
+	if !ok || (rest != "assets" && !strings.HasPrefix(rest, "assets/")) {
+		return next.ServeHTTP(w, r)
+	}
+	p, ok := principal.From(r.Context())
+	if !ok {
+		return apierr.Upstream(errors.New("comfy_assets: no principal; put comfy_auth before comfy_assets"))
+	}
+	if err := h.app.Ready(); err != nil {
+		return apierr.Upstream(err)
+	}
+	svc := h.app.Assets()
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 1:
+		if r.Method != http.MethodPost {
+			return httpx.MethodNotAllowed(http.MethodPost)
+		}
+		return h.upload(w, r, svc, p)
+	case len(parts) == 2 && parts[1] == "from-hash":
+		if r.Method != http.MethodPost {
+			return httpx.MethodNotAllowed(http.MethodPost)
+		}
+		return h.fromHash(w, r, svc, p)
+	case len(parts) == 3 && parts[1] == "by-hash":
+		if r.Method != http.MethodHead && r.Method != http.MethodGet {
+			return httpx.MethodNotAllowed(http.MethodHead)
+		}
+		return h.byHash(w, r, svc, p, parts[2])
+	case len(parts) == 2:
+		switch r.Method {
+		case http.MethodGet:
+			a, err := svc.Get(r.Context(), p.AccountID, parts[1])
+			if err != nil {
+				return err
+			}
+			return httpx.WriteJSON(w, http.StatusOK, View(a, httpx.LinksFor(r), nil, time.Now()))
+		case http.MethodDelete:
+			if err := svc.Delete(r.Context(), p.AccountID, parts[1]); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		default:
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodDelete)
+		}
+	case len(parts) == 3 && parts[2] == "content":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead)
+		}
+		return h.content(w, r, svc, p, parts[1])
+	}
+	return apierr.NotFound("no such route")
+}
+
+func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal) error {
+	limit := svc.MaxUploadBytes + multipartSlack
+	if r.ContentLength > limit {
+		return apierr.PayloadTooLarge(svc.MaxUploadBytes)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	res, err := svc.Upload(r.Context(), p.AccountID, r.Body, r.Header.Get("Content-Type"))
+	if err != nil {
+		return clientReadError(r.Context(), err)
+	}
+	status := http.StatusCreated
+	if !res.CreatedNew {
+		status = http.StatusOK
+	}
+	return httpx.WriteJSON(w, status, View(res.Asset, httpx.LinksFor(r), &res.CreatedNew, time.Now()))
+}
+
+// clientReadError turns a body that stopped early (a disconnect, a cut
+// connection) into a client error so it is not logged as ours.
+func clientReadError(ctx context.Context, err error) error {
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	if ctx.Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return apierr.InvalidRequest("the request body ended before the upload was complete").WithCause(err)
+	}
+	return err
+}
+
+func (h *Handler) fromHash(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal) error {
+	var in assets.FromHashRequest
+	if err := httpx.DecodeJSON(r, maxJSONBody, &in, true); err != nil {
+		return err
+	}
+	res, err := svc.FromHash(r.Context(), p.AccountID, in)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	var createdNew *bool
+	if res.New {
+		status = http.StatusCreated
+		createdNew = &res.CreatedNew
+	}
+	return httpx.WriteJSON(w, status, View(res.Asset, httpx.LinksFor(r), createdNew, time.Now()))
+}
+
+func (h *Handler) byHash(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal, hash string) error {
+	ok, err := svc.HasBlob(r.Context(), p.AccountID, hash)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}
+		return apierr.BlobNotFound()
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal, id string) error {
+	a, f, err := svc.Open(r.Context(), p.AccountID, id)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	hdr := w.Header()
+	hdr.Set("Content-Type", a.ContentType)
+	hdr.Set("ETag", `"`+strings.TrimPrefix(a.Hash, "blake3:")+`"`)
+	hdr.Set("Cache-Control", "private, max-age=3600, immutable")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	// ServeContent answers Range (206/416), If-None-Match and HEAD.
+	http.ServeContent(w, r, "", a.CreatedAt, f)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,57 @@
+package comfyassets
+
+import (
+	"time"
+
+	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/storage"
+)
+
+// contentURLLifetime is how long the proxy-served content URL is announced
+// as valid. The URL itself is authenticated per request, so this is a
+// promise of freshness rather than a signature's expiry.
+const contentURLLifetime = time.Hour
+
+// assetJSON is the contract's Asset.
+type assetJSON struct {
+	ID           string   `json:"id"`
+	Hash         *string  `json:"hash"`
+	SizeBytes    int64    `json:"size_bytes"`
+	ContentType  string   `json:"content_type"`
+	FilePath     *string  `json:"file_path,omitempty"`
+	Tags         []string `json:"tags,omitempty"`
+	CreatedNew   *bool    `json:"created_new,omitempty"`
+	CreatedAt    string   `json:"created_at"`
+	URL          string   `json:"url"`
+	URLExpiresAt string   `json:"url_expires_at"`
+	ExpiresAt    *string  `json:"expires_at"`
+	JobID        *string  `json:"job_id,omitempty"`
+}
+
+// View renders an asset. createdNew is set only on create responses.
+func View(a storage.Asset, links httpx.Links, createdNew *bool, now time.Time) any {
+	v := assetJSON{
+		ID:           a.ID,
+		SizeBytes:    a.SizeBytes,
+		ContentType:  a.ContentType,
+		Tags:         a.Tags,
+		CreatedNew:   createdNew,
+		CreatedAt:    httpx.Time(a.CreatedAt),
+		URL:          links.URL("/assets/" + a.ID + "/content"),
+		URLExpiresAt: httpx.Time(now.Add(contentURLLifetime)),
+		ExpiresAt:    httpx.TimePtr(a.ExpiresAt),
+	}
+	if a.Hash != "" {
+		h := a.Hash
+		v.Hash = &h
+	}
+	if a.FilePath != "" {
+		p := a.FilePath
+		v.FilePath = &p
+	}
+	if a.JobID != "" {
+		j := a.JobID
+		v.JobID = &j
+	}
+	return v
+}

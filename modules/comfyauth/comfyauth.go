@@ -1,0 +1,163 @@
+// Package comfyauth is the comfy_auth handler: it authenticates the caller
+// and puts a principal.Principal in the request context for the handlers
+// after it. Failures are typed errors rendered by error_envelope as 401
+// unauthorized; bad credentials are logged at debug only.
+package comfyauth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/apikey"
+	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/principal"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Modes.
+const (
+	ModeNone        = "none"
+	ModeStaticToken = "static_token"
+	ModeAPIKeys     = "api_keys"
+)
+
+// Handler authenticates requests.
+type Handler struct {
+	// Mode is none (default: every request is the local account),
+	// static_token (one bearer token for the local account) or api_keys
+	// (account-scoped keys managed with `comfygate api-key`).
+	Mode string `json:"mode,omitempty"`
+	// Token is the static bearer token. Accepts {env.X}.
+	Token string `json:"token,omitempty"`
+	// Account is the account id used by none and static_token. Default "local".
+	Account string `json:"account,omitempty"`
+
+	app         *comfygate.App
+	tokenDigest [sha256.Size]byte
+	logger      *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.comfy_auth",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision resolves the token and reaches the app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if h.Mode == "" {
+		h.Mode = ModeNone
+	}
+	if h.Account == "" {
+		h.Account = principal.LocalAccount
+	}
+	h.Token = caddy.NewReplacer().ReplaceKnown(h.Token, "")
+	h.tokenDigest = sha256.Sum256([]byte(h.Token))
+	if h.Mode == ModeAPIKeys {
+		app, err := ctx.App("comfygate")
+		if err != nil {
+			return fmt.Errorf("comfy_auth: %w", err)
+		}
+		h.app = app.(*comfygate.App)
+	}
+	return nil
+}
+
+// Validate checks the configuration.
+func (h *Handler) Validate() error {
+	switch h.Mode {
+	case ModeNone, ModeAPIKeys:
+	case ModeStaticToken:
+		if h.Token == "" {
+			return errors.New("comfy_auth: static_token needs a token")
+		}
+	default:
+		return fmt.Errorf("comfy_auth: unknown mode %q", h.Mode)
+	}
+	return nil
+}
+
+// ServeHTTP authenticates and calls next with the principal set.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	p, err := h.authenticate(r)
+	if err != nil {
+		return err
+	}
+	caddyhttp.SetVar(r.Context(), "comfygate.account", p.AccountID)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("http.auth.user.id", p.AccountID)
+	}
+	return next.ServeHTTP(w, r.WithContext(principal.With(r.Context(), p)))
+}
+
+func (h *Handler) authenticate(r *http.Request) (principal.Principal, error) {
+	local := principal.Principal{AccountID: h.Account, WorkspaceID: h.Account}
+	if h.Mode == ModeNone {
+		return local, nil
+	}
+	token, ok := bearer(r)
+	if !ok {
+		return principal.Principal{}, unauthorized(r)
+	}
+	switch h.Mode {
+	case ModeStaticToken:
+		got := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(got[:], h.tokenDigest[:]) != 1 {
+			h.logger.Debug("static token refused")
+			return principal.Principal{}, unauthorized(r)
+		}
+		return local, nil
+	default: // ModeAPIKeys
+		if err := h.app.Ready(); err != nil {
+			return principal.Principal{}, apierr.Upstream(err)
+		}
+		k, err := apikey.Verify(r.Context(), h.app.Store(), token)
+		if errors.Is(err, apikey.ErrInvalid) {
+			h.logger.Debug("api key refused")
+			return principal.Principal{}, unauthorized(r)
+		}
+		if err != nil {
+			return principal.Principal{}, apierr.Upstream(err)
+		}
+		return principal.Principal{AccountID: k.AccountID, WorkspaceID: k.AccountID, KeyID: k.ID}, nil
+	}
+}
+
+// bearer extracts an RFC 6750 bearer token.
+func bearer(r *http.Request) (string, bool) {
+	v := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func unauthorized(r *http.Request) error {
+	e := apierr.Unauthorized()
+	e.Header = http.Header{"Www-Authenticate": []string{`Bearer realm="comfygate"`}}
+	return e
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

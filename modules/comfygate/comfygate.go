@@ -1,0 +1,259 @@
+// Package comfygate is the `comfygate` Caddy app: it owns every long-lived
+// resource the gateway's handlers share (storage, claim store, blob store)
+// and the background loops that maintain them. Handlers reach it with
+// ctx.App("comfygate").
+//
+// Nothing connects in Provision, so `caddy validate` and `caddy adapt` work
+// offline. Backends are opened on Start and shared across config reloads
+// through a caddy.UsagePool keyed by their configuration.
+package comfygate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// Defaults.
+const (
+	DefaultDataDir        = "./data"
+	DefaultMaxUploadBytes = 100 << 20
+	sweepInterval         = time.Minute
+)
+
+// App is the comfygate app.
+type App struct {
+	// Storage selects where records are kept. Default: embedded under ./data.
+	Storage *StorageConfig `json:"storage,omitempty"`
+	// Redis is a redis:// URL for claims, fan-out and limits. When empty these
+	// are kept in process (single gateway process only). Accepts {env.X}.
+	Redis string `json:"redis,omitempty"`
+	// Blobs configures the blob store. Default: file_system under
+	// <storage dir>/blobs (or ./data/blobs for postgres).
+	Blobs *BlobsConfig `json:"blobs,omitempty"`
+	// AssetRetention is the default retention of uploaded assets; zero means
+	// they never expire. The per-request expires_in override replaces it.
+	AssetRetention caddy.Duration `json:"asset_retention,omitempty"`
+	// MaxUploadBytes bounds an upload request body. Default 100 MiB.
+	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
+
+	ctx     caddy.Context
+	logger  *zap.Logger
+	key     string
+	res     *resources
+	cancel  context.CancelFunc
+	stopped chan struct{}
+}
+
+// StorageConfig selects a storage backend.
+type StorageConfig struct {
+	// Backend is "embedded" (default) or "postgres".
+	Backend string `json:"backend,omitempty"`
+	// Dir is the embedded backend's directory. Default ./data.
+	Dir string `json:"dir,omitempty"`
+	// DSN is the postgres connection string. Accepts {env.X}.
+	DSN string `json:"dsn,omitempty"`
+}
+
+// BlobsConfig selects a blob store.
+type BlobsConfig struct {
+	// Backend is "file_system" (the only one so far).
+	Backend string `json:"backend,omitempty"`
+	// Dir is the file_system store's root directory.
+	Dir string `json:"dir,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "comfygate",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision resolves placeholders and defaults and takes a reference to the
+// shared resources for this configuration. It opens no connection.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
+	a.logger = ctx.Logger()
+	a.applyDefaults()
+	cfg := a.resourceConfig()
+	keyBytes, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	a.key = string(keyBytes)
+	val, _, err := pool.LoadOrNew(a.key, func() (caddy.Destructor, error) {
+		return newResources(cfg, a.logger), nil
+	})
+	if err != nil {
+		return err
+	}
+	a.res = val.(*resources)
+	return nil
+}
+
+// applyDefaults resolves placeholders and fills in defaults.
+func (a *App) applyDefaults() {
+	repl := caddy.NewReplacer()
+	if a.Storage == nil {
+		a.Storage = &StorageConfig{}
+	}
+	if a.Storage.Backend == "" {
+		a.Storage.Backend = "embedded"
+	}
+	a.Storage.DSN = repl.ReplaceKnown(a.Storage.DSN, "")
+	a.Storage.Dir = repl.ReplaceKnown(a.Storage.Dir, "")
+	a.Redis = repl.ReplaceKnown(a.Redis, "")
+	if a.Storage.Backend == "embedded" && a.Storage.Dir == "" {
+		a.Storage.Dir = DefaultDataDir
+	}
+	if a.Blobs == nil {
+		a.Blobs = &BlobsConfig{}
+	}
+	if a.Blobs.Backend == "" {
+		a.Blobs.Backend = "file_system"
+	}
+	a.Blobs.Dir = repl.ReplaceKnown(a.Blobs.Dir, "")
+	if a.Blobs.Dir == "" {
+		base := a.Storage.Dir
+		if base == "" {
+			base = DefaultDataDir
+		}
+		a.Blobs.Dir = filepath.Join(base, "blobs")
+	}
+	if a.MaxUploadBytes == 0 {
+		a.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+}
+
+// resourceConfig is the part of the configuration that names backends.
+func (a *App) resourceConfig() resourceConfig {
+	return resourceConfig{Storage: *a.Storage, Redis: a.Redis, Blobs: *a.Blobs}
+}
+
+// Validate checks the configuration without touching the network.
+func (a *App) Validate() error {
+	switch a.Storage.Backend {
+	case "embedded":
+	case "postgres":
+		if a.Storage.DSN == "" {
+			return fmt.Errorf("comfygate: storage postgres needs a DSN")
+		}
+	default:
+		return fmt.Errorf("comfygate: unknown storage backend %q (want embedded or postgres)", a.Storage.Backend)
+	}
+	if a.Blobs.Backend != "file_system" {
+		return fmt.Errorf("comfygate: unknown blobs backend %q (want file_system)", a.Blobs.Backend)
+	}
+	if a.MaxUploadBytes < 0 {
+		return fmt.Errorf("comfygate: max_upload_bytes must not be negative")
+	}
+	if a.AssetRetention < 0 {
+		return fmt.Errorf("comfygate: asset_retention must not be negative")
+	}
+	return nil
+}
+
+// Start opens the backends (once per configuration) and starts the
+// maintenance loops.
+func (a *App) Start() error {
+	if err := a.Ready(); err != nil {
+		return err
+	}
+	loopCtx, stop := context.WithCancel(a.ctx)
+	a.cancel = stop
+	a.stopped = make(chan struct{})
+	go a.maintain(loopCtx)
+	return nil
+}
+
+// Stop ends the maintenance loops. Shared resources stay open for the next
+// configuration; Cleanup releases this configuration's reference.
+func (a *App) Stop() error {
+	if a.cancel != nil {
+		a.cancel()
+		<-a.stopped
+	}
+	return nil
+}
+
+// Cleanup releases this configuration's reference to the shared resources.
+func (a *App) Cleanup() error {
+	if a.key != "" {
+		_, err := pool.Delete(a.key)
+		return err
+	}
+	return nil
+}
+
+// Ready opens the shared backends if they are not open yet. Handlers call
+// it before using them.
+func (a *App) Ready() error {
+	if err := a.res.open(); err != nil {
+		return fmt.Errorf("comfygate: %w", err)
+	}
+	return nil
+}
+
+// Store returns the storage backend. Valid after Ready.
+func (a *App) Store() storage.Store { return a.res.store }
+
+// Claims returns the claim store. Valid after Ready.
+func (a *App) Claims() storage.ClaimStore { return a.res.claims }
+
+// BlobStore returns the blob store. Valid after Ready.
+func (a *App) BlobStore() *blob.FileSystem { return a.res.blobs }
+
+// Assets returns the assets service.
+func (a *App) Assets() *assets.Service {
+	return &assets.Service{
+		Store:            a.res.store,
+		Blobs:            a.res.blobs,
+		DefaultRetention: time.Duration(a.AssetRetention),
+		MaxUploadBytes:   a.MaxUploadBytes,
+	}
+}
+
+// maintain sweeps expired assets and stale temp files until ctx ends.
+func (a *App) maintain(ctx context.Context) {
+	defer close(a.stopped)
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		if n, err := a.Assets().SweepExpired(ctx, 500); err != nil && ctx.Err() == nil {
+			a.logger.Error("sweeping expired assets", zap.Error(err))
+		} else if n > 0 {
+			a.logger.Info("swept expired assets", zap.Int("count", n))
+		}
+		if _, err := a.res.blobs.SweepTemp(time.Hour); err != nil {
+			a.logger.Error("sweeping stale upload files", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

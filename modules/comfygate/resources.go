@@ -1,0 +1,120 @@
+package comfygate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/embedded"
+	"github.com/comfygate/comfygate/storage/memclaim"
+	"github.com/comfygate/comfygate/storage/postgres"
+	"github.com/comfygate/comfygate/storage/redisclaim"
+)
+
+// pool shares backends between the configurations that name the same ones,
+// so a reload neither reconnects nor runs two SQLite writers on one file.
+var pool = caddy.NewUsagePool()
+
+// resourceConfig is everything that identifies a set of backends; its JSON
+// form is the pool key.
+type resourceConfig struct {
+	Storage StorageConfig `json:"storage"`
+	Redis   string        `json:"redis"`
+	Blobs   BlobsConfig   `json:"blobs"`
+}
+
+// resources are the backends of one resourceConfig, opened on first Start.
+type resources struct {
+	cfg    resourceConfig
+	logger *zap.Logger
+
+	once    sync.Once
+	openErr error
+	store   storage.Store
+	claims  storage.ClaimStore
+	blobs   *blob.FileSystem
+}
+
+func newResources(cfg resourceConfig, logger *zap.Logger) *resources {
+	return &resources{cfg: cfg, logger: logger}
+}
+
+// openTimeout bounds opening and migrating the backends.
+const openTimeout = 30 * time.Second
+
+// open opens the backends and applies migrations, once, on whichever comes
+// first: the app's Start or a request (Caddy starts apps in no fixed order,
+// so the HTTP server may take requests before this app has started). It
+// runs detached from the caller's context so that one cancelled request
+// cannot fail it for everyone. A failed open is remembered: the
+// configuration fails to start, and a later configuration gets a fresh pool entry.
+func (r *resources) open() error {
+	r.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+		defer cancel()
+		r.openErr = r.doOpen(ctx)
+	})
+	return r.openErr
+}
+
+func (r *resources) doOpen(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			r.closeAll()
+		}
+	}()
+	r.blobs = blob.NewFileSystem(r.cfg.Blobs.Dir)
+	if err := r.blobs.Init(); err != nil {
+		return fmt.Errorf("opening blob store: %w", err)
+	}
+	switch r.cfg.Storage.Backend {
+	case "postgres":
+		st, err := postgres.Open(ctx, r.cfg.Storage.DSN)
+		if err != nil {
+			return fmt.Errorf("opening postgres storage: %w", err)
+		}
+		r.store = st
+	default:
+		st, err := embedded.Open(r.cfg.Storage.Dir)
+		if err != nil {
+			return fmt.Errorf("opening embedded storage: %w", err)
+		}
+		r.store = st
+	}
+	if err := r.store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrating storage: %w", err)
+	}
+	if r.cfg.Redis != "" {
+		c, err := redisclaim.New(r.cfg.Redis, "comfygate:")
+		if err != nil {
+			return fmt.Errorf("configuring redis: %w", err)
+		}
+		r.claims = c
+	} else {
+		r.claims = memclaim.New()
+	}
+	return nil
+}
+
+func (r *resources) closeAll() error {
+	var errs []error
+	if r.claims != nil {
+		errs = append(errs, r.claims.Close())
+	}
+	if r.store != nil {
+		errs = append(errs, r.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Destruct closes the backends when no configuration uses them any more.
+func (r *resources) Destruct() error { return r.closeAll() }
+
+var _ caddy.Destructor = (*resources)(nil)

@@ -1,0 +1,102 @@
+// Package httpx holds the small HTTP pieces the v2 handlers share: where the
+// API is mounted, absolute links, JSON bodies and timestamps.
+package httpx
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+)
+
+// APIRoot is the path segment every v2 route carries.
+const APIRoot = "/api/v2/"
+
+// Route splits a request path into the mount prefix (what precedes /api/v2,
+// for example /deployment/{id}) and the route below /api/v2/. ok is false
+// when the path is not under /api/v2.
+func Route(path string) (prefix, rest string, ok bool) {
+	i := strings.Index(path, APIRoot)
+	if i < 0 {
+		return "", "", false
+	}
+	return path[:i], path[i+len(APIRoot):], true
+}
+
+// Origin is scheme://host of the request.
+func Origin(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// Links builds absolute URLs for resources under the request's mount.
+type Links struct {
+	base string
+}
+
+// LinksFor returns the link builder for r.
+func LinksFor(r *http.Request) Links {
+	prefix, _, _ := Route(r.URL.Path)
+	return Links{base: Origin(r) + prefix + strings.TrimSuffix(APIRoot, "/")}
+}
+
+// URL returns the absolute URL of the v2 path p (which starts with /).
+func (l Links) URL(p string) string { return l.base + p }
+
+// WriteJSON writes v with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+// DecodeJSON reads a bounded JSON object body into v, refusing unknown
+// members when strict is set.
+func DecodeJSON(r *http.Request, limit int64, v any, strict bool) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit+1))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return apierr.InvalidRequest("the body must be a JSON object of the documented shape: " + jsonReason(err))
+	}
+	if dec.More() {
+		return apierr.InvalidRequest("the body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+func jsonReason(err error) string {
+	msg := err.Error()
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}
+
+// Time formats a timestamp as RFC 3339 in UTC.
+func Time(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// TimePtr formats an optional timestamp; nil stays nil (JSON null).
+func TimePtr(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := Time(*t)
+	return &s
+}
+
+// MethodNotAllowed is the error for a known path with the wrong method.
+func MethodNotAllowed(allow ...string) error {
+	e := apierr.New(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")
+	e.Header = http.Header{"Allow": []string{strings.Join(allow, ", ")}}
+	return e
+}

@@ -1,0 +1,11 @@
+// Package modules registers every comfygate Caddy module. Import it for its
+// side effects, as cmd/comfygate does.
+package modules
+
+import (
+	_ "github.com/comfygate/comfygate/modules/comfyassets"
+	_ "github.com/comfygate/comfygate/modules/comfyauth"
+	_ "github.com/comfygate/comfygate/modules/comfygate"
+	_ "github.com/comfygate/comfygate/modules/errorenvelope"
+	_ "github.com/comfygate/comfygate/modules/idempotency"
+)

@@ -1,0 +1,184 @@
+// Package blob is the file_system blob store: immutable bytes addressed by
+// their blake3 digest under <dir>/objects/ab/cd/<hex>.
+//
+// Bytes arrive through an Upload, a temp file under <dir>/tmp (the same file
+// system as objects, so that publishing is a link, not a copy). An object path
+// is only ever created by link(2) of a finished, fsynced temp file, so a crash
+// at any point leaves either no object or a whole one; stray temp files are
+// removed by SweepTemp.
+package blob
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// dirPerm keeps blobs private to the service user.
+const dirPerm = 0o700
+
+// tempPrefix marks the files NewUpload creates, so that SweepTemp touches
+// nothing else that may have been put in tmp.
+const tempPrefix = "upload-"
+
+// FileSystem is a content-addressed blob store rooted at a directory. It is
+// safe for concurrent use; all state lives in the file system.
+type FileSystem struct {
+	dir     string
+	objects string
+	tmp     string
+}
+
+// NewFileSystem returns a store rooted at dir. It does no I/O; call Init at
+// start-up.
+func NewFileSystem(dir string) *FileSystem {
+	return &FileSystem{
+		dir:     dir,
+		objects: filepath.Join(dir, "objects"),
+		tmp:     filepath.Join(dir, "tmp"),
+	}
+}
+
+// Dir returns the root directory the store was created with.
+func (f *FileSystem) Dir() string { return f.dir }
+
+// Init creates <dir>/objects and <dir>/tmp (mode 0700) if they are missing.
+func (f *FileSystem) Init() error {
+	for _, d := range []string{f.objects, f.tmp} {
+		if err := os.MkdirAll(d, dirPerm); err != nil {
+			return fmt.Errorf("blob: init %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// NewUpload starts an upload into a fresh temp file. The caller must end it
+// with Finish then Publish, or Abort.
+func (f *FileSystem) NewUpload() (*Upload, error) {
+	file, err := os.CreateTemp(f.tmp, tempPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("blob: create temp file: %w", err)
+	}
+	return newUpload(f, file), nil
+}
+
+// objectPath validates hash and returns where its object lives.
+func (f *FileSystem) objectPath(hash string) (string, error) {
+	hex, err := canonicalHex(hash)
+	if err != nil {
+		return "", err
+	}
+	_, _, p := shardDirs(f.objects, hex)
+	return p, nil
+}
+
+// Open opens the object for hash and returns it with its size. A missing
+// object yields an error wrapping fs.ErrNotExist.
+func (f *FileSystem) Open(hash string) (*os.File, int64, error) {
+	p, err := f.objectPath(hash)
+	if err != nil {
+		return nil, 0, err
+	}
+	file, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, fmt.Errorf("blob %s: %w", hash, fs.ErrNotExist)
+		}
+		return nil, 0, fmt.Errorf("blob: open %s: %w", hash, err)
+	}
+	st, err := file.Stat()
+	if err != nil {
+		_ = file.Close()
+		return nil, 0, fmt.Errorf("blob: stat %s: %w", hash, err)
+	}
+	return file, st.Size(), nil
+}
+
+// Exists reports whether the object for hash is present.
+func (f *FileSystem) Exists(hash string) (bool, error) {
+	p, err := f.objectPath(hash)
+	if err != nil {
+		return false, err
+	}
+	_, err = os.Stat(p)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, fmt.Errorf("blob: stat %s: %w", hash, err)
+	}
+}
+
+// Remove deletes the object for hash; a missing object is success. Shard
+// directories are kept: removing them would race with a concurrent Publish.
+func (f *FileSystem) Remove(hash string) error {
+	p, err := f.objectPath(hash)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("blob: remove %s: %w", hash, err)
+	}
+	return nil
+}
+
+// SweepTemp removes upload temp files not modified for olderThan, left by
+// crashes or by callers that never ended an upload. An upload in progress
+// touches its file at least every buffer flush, so pick olderThan well above
+// the slowest expected upload (hours, not seconds). It returns how many files
+// it removed.
+func (f *FileSystem) SweepTemp(olderThan time.Duration) (int, error) {
+	entries, err := os.ReadDir(f.tmp)
+	if err != nil {
+		return 0, fmt.Errorf("blob: list temp dir: %w", err)
+	}
+	cutoff := time.Now().Add(-olderThan)
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) { // finished meanwhile
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if !info.ModTime().Before(cutoff) {
+			continue
+		}
+		err = os.Remove(filepath.Join(f.tmp, e.Name()))
+		switch {
+		case err == nil:
+			removed++
+		case !errors.Is(err, fs.ErrNotExist):
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("blob: sweep temp: %w", errors.Join(errs...))
+	}
+	return removed, nil
+}
+
+// syncDir fsyncs a directory so that entries created in it survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if serr != nil {
+		return serr
+	}
+	return cerr
+}

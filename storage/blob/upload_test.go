@@ -1,0 +1,289 @@
+package blob
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestUploadRoundTrip(t *testing.T) {
+	big := randomBytes(3*BufferSize+12345, 1)
+	readFrom := func(u *Upload, d []byte) error { _, err := u.ReadFrom(bytes.NewReader(d)); return err }
+	tests := []struct {
+		name  string
+		data  []byte
+		write func(u *Upload, data []byte) error
+	}{
+		{name: "empty", data: nil, write: readFrom},
+		{name: "ReadFrom small", data: []byte("hello"), write: readFrom},
+		{name: "ReadFrom multi-buffer via 4KiB reads", data: big, write: func(u *Upload, d []byte) error {
+			_, err := u.ReadFrom(&smallReader{r: bytes.NewReader(d), max: 4096})
+			return err
+		}},
+		{name: "one large Write", data: big, write: func(u *Upload, d []byte) error { _, err := u.Write(d); return err }},
+		{name: "odd-sized Writes", data: big, write: func(u *Upload, d []byte) error {
+			for len(d) > 0 {
+				n := min(len(d), 777_777)
+				if _, err := u.Write(d[:n]); err != nil {
+					return err
+				}
+				d = d[n:]
+			}
+			return nil
+		}},
+		{name: "Write then ReadFrom", data: big, write: func(u *Upload, d []byte) error {
+			if _, err := u.Write(d[:10]); err != nil {
+				return err
+			}
+			return readFrom(u, d[10:])
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t)
+			u, err := s.NewUpload()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer u.Abort()
+			if err := tt.write(u, tt.data); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if got := u.Size(); got != int64(len(tt.data)) {
+				t.Fatalf("Size = %d, want %d", got, len(tt.data))
+			}
+			if files := listFiles(t, filepath.Join(s.Dir(), "objects")); len(files) != 0 {
+				t.Fatalf("object visible before Publish: %v", files)
+			}
+			hash, size, err := u.Finish()
+			if err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+			if want := hashOf(tt.data); hash != want || size != int64(len(tt.data)) {
+				t.Fatalf("Finish = %s, %d; want %s, %d", hash, size, want, len(tt.data))
+			}
+			if exists, _ := s.Exists(hash); exists {
+				t.Fatal("object exists before Publish")
+			}
+			if err := u.Publish(); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			assertTempEmpty(t, s)
+			hexd := hash[len(HashPrefix):]
+			if _, err := os.Stat(filepath.Join(s.Dir(), "objects", hexd[:2], hexd[2:4], hexd)); err != nil {
+				t.Fatalf("object not at sharded path: %v", err)
+			}
+			f, n, err := s.Open(hash)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer f.Close()
+			got, _ := io.ReadAll(f)
+			if n != int64(len(tt.data)) || !bytes.Equal(got, tt.data) {
+				t.Fatalf("Open returned %d bytes (size %d), want %d", len(got), n, len(tt.data))
+			}
+		})
+	}
+}
+
+func TestUploadReadFromReturnsReadError(t *testing.T) {
+	s := newStore(t)
+	u, err := s.NewUpload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Abort()
+	cause := errors.New("client went away")
+	n, err := u.ReadFrom(io.MultiReader(strings.NewReader("abc"), &errReader{cause}))
+	if n != 3 || !errors.Is(err, cause) {
+		t.Fatalf("ReadFrom = %d, %v; want 3, %v", n, err, cause)
+	}
+	if err := u.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	assertTempEmpty(t, s)
+}
+
+type errReader struct{ err error }
+
+func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestUploadLifecycleErrors(t *testing.T) {
+	s := newStore(t)
+	tests := []struct {
+		name string
+		run  func(u *Upload) error
+	}{
+		{name: "Publish before Finish", run: func(u *Upload) error { return u.Publish() }},
+		{name: "Write after Finish", run: func(u *Upload) error {
+			if _, _, err := u.Finish(); err != nil {
+				return err
+			}
+			_, err := u.Write([]byte("x"))
+			return err
+		}},
+		{name: "ReadFrom after Abort", run: func(u *Upload) error {
+			_ = u.Abort()
+			_, err := u.ReadFrom(strings.NewReader("x"))
+			return err
+		}},
+		{name: "Finish after Abort", run: func(u *Upload) error {
+			_ = u.Abort()
+			_, _, err := u.Finish()
+			return err
+		}},
+		{name: "Publish after Abort", run: func(u *Upload) error {
+			_, _, _ = u.Finish()
+			_ = u.Abort()
+			return u.Publish()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := s.NewUpload()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.run(u); !errors.Is(err, ErrUploadState) {
+				t.Fatalf("got %v, want ErrUploadState", err)
+			}
+			if err := u.Abort(); err != nil {
+				t.Fatalf("Abort: %v", err)
+			}
+			assertTempEmpty(t, s)
+		})
+	}
+}
+
+func TestAbort(t *testing.T) {
+	tests := []struct {
+		name        string
+		finish      bool
+		publish     bool
+		wantObjects int
+	}{
+		{name: "while writing", wantObjects: 0},
+		{name: "after Finish", finish: true, wantObjects: 0},
+		{name: "after Publish keeps object", finish: true, publish: true, wantObjects: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t)
+			u, err := s.NewUpload()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := u.Write(randomBytes(BufferSize+1, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if tt.finish {
+				if _, _, err := u.Finish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.publish {
+				if err := u.Publish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 2; i++ { // idempotent
+				if err := u.Abort(); err != nil {
+					t.Fatalf("Abort #%d: %v", i+1, err)
+				}
+			}
+			assertTempEmpty(t, s)
+			if got := len(listFiles(t, filepath.Join(s.Dir(), "objects"))); got != tt.wantObjects {
+				t.Fatalf("%d objects, want %d", got, tt.wantObjects)
+			}
+		})
+	}
+}
+
+func TestConcurrentPublishSameBytes(t *testing.T) {
+	s := newStore(t)
+	data := randomBytes(2*BufferSize+3, 3)
+	const publishers = 8
+	uploads := make([]*Upload, publishers)
+	for i := range uploads {
+		u, err := s.NewUpload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Abort()
+		if _, err := u.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := u.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		uploads[i] = u
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, publishers)
+	start := make(chan struct{})
+	for i, u := range uploads {
+		wg.Go(func() {
+			<-start
+			errs[i] = u.Publish()
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Publish #%d: %v", i, err)
+		}
+	}
+	assertTempEmpty(t, s)
+	objects := listFiles(t, filepath.Join(s.Dir(), "objects"))
+	if len(objects) != 1 {
+		t.Fatalf("objects = %v, want exactly one", objects)
+	}
+	f, _, err := s.Open(hashOf(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, _ := io.ReadAll(f)
+	if !bytes.Equal(got, data) {
+		t.Fatal("published object does not hold the uploaded bytes")
+	}
+}
+
+func TestPublishHealsDamagedObject(t *testing.T) {
+	s := newStore(t)
+	data := []byte("the real bytes")
+	hash := hashOf(data)
+	hexd := hash[len(HashPrefix):]
+	dir := filepath.Join(s.Dir(), "objects", hexd[:2], hexd[2:4])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, hexd), []byte("trunc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	u, err := s.NewUpload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Abort()
+	if _, err := u.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := u.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Publish(); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, hexd))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("object = %q, %v; want the uploaded bytes", got, err)
+	}
+	assertTempEmpty(t, s)
+}

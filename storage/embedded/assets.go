@@ -1,0 +1,268 @@
+package embedded
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// assetColumns is the SELECT list scanAsset reads, in order.
+const assetColumns = `id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at`
+
+// newestFirst orders ties on created_at by insertion order.
+const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
+
+// CreateAsset records a over the blob a.Hash in one write transaction: it
+// takes a reference on the blob row, calls publish while that row (and the
+// whole database) is held, inserts the asset, and commits. Any failure rolls
+// every step back. A duplicate ID or idempotency key is refused with
+// storage.ErrDuplicate before publish is called, so a refused create makes no
+// bytes present.
+func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+	if a.ID == "" || a.AccountID == "" || a.Hash == "" {
+		return storage.Created{}, errors.New("embedded: CreateAsset needs ID, AccountID and Hash")
+	}
+	if publish == nil {
+		return storage.Created{}, errors.New("embedded: CreateAsset needs a publish func")
+	}
+	tags := a.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	tagsJSON, err := json.Marshal(tags)
+	if err != nil {
+		return storage.Created{}, fmt.Errorf("embedded: encode tags: %w", err)
+	}
+	var expires *time.Time
+	if a.ExpiresAt != nil {
+		e := a.ExpiresAt.UTC().Truncate(time.Microsecond)
+		expires = &e
+	}
+	created := storage.Created{Asset: storage.Asset{
+		ID: a.ID, AccountID: a.AccountID, Hash: a.Hash, SizeBytes: a.SizeBytes,
+		ContentType: a.ContentType, FilePath: a.FilePath, Tags: tags, JobID: a.JobID,
+		CreatedAt: now(), ExpiresAt: expires,
+	}}
+
+	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var dup bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE id = ?)
+			OR EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND idempotency_key = ?)`,
+			a.ID, a.AccountID, nullString(a.IdempotencyKey)).Scan(&dup); err != nil {
+			return fmt.Errorf("embedded: check duplicate: %w", err)
+		}
+		if dup {
+			return storage.ErrDuplicate
+		}
+		if err := tx.QueryRowContext(ctx,
+			`SELECT EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND hash = ?)`,
+			a.AccountID, a.Hash).Scan(&created.AccountHadBlob); err != nil {
+			return fmt.Errorf("embedded: check account blob: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO blobs (hash, size, refs) VALUES (?, ?, 1)
+			ON CONFLICT (hash) DO UPDATE SET refs = refs + 1`, a.Hash, a.SizeBytes); err != nil {
+			return fmt.Errorf("embedded: reference blob: %w", err)
+		}
+		if err := publish(a.Hash); err != nil {
+			return fmt.Errorf("embedded: publish blob: %w", err)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO assets
+			(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, string(tagsJSON),
+			nullString(a.JobID), formatTime(created.Asset.CreatedAt), nullTime(expires),
+			nullString(a.IdempotencyKey))
+		if isUniqueViolation(err) {
+			return fmt.Errorf("embedded: insert asset: %w", storage.ErrDuplicate)
+		}
+		if err != nil {
+			return fmt.Errorf("embedded: insert asset: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return storage.Created{}, err
+	}
+	return created, nil
+}
+
+// GetAsset returns the account's asset, or storage.ErrNotFound.
+func (s *Store) GetAsset(ctx context.Context, accountID, id string) (storage.Asset, error) {
+	return s.queryAsset(ctx, `SELECT `+assetColumns+` FROM assets WHERE id = ? AND account_id = ?`, id, accountID)
+}
+
+// FindAsset returns the account's newest asset with this hash and file path.
+// Expired assets still count until DeleteExpiredAssets removes them.
+func (s *Store) FindAsset(ctx context.Context, accountID, hash, filePath string) (storage.Asset, error) {
+	return s.queryAsset(ctx, `SELECT `+assetColumns+` FROM assets
+		WHERE account_id = ? AND hash = ? AND file_path = ? `+newestFirst, accountID, hash, filePath)
+}
+
+// FindAssetByPath returns the account's newest unexpired asset at filePath.
+func (s *Store) FindAssetByPath(ctx context.Context, accountID, filePath string) (storage.Asset, error) {
+	return s.queryAsset(ctx, `SELECT `+assetColumns+` FROM assets
+		WHERE account_id = ? AND file_path = ? AND (expires_at IS NULL OR expires_at > ?) `+newestFirst,
+		accountID, filePath, formatTime(now()))
+}
+
+// AccountBlob reports whether the account holds an asset over hash and, if
+// so, the blob's size. Bytes held only by other accounts are invisible.
+func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64, bool, error) {
+	var size int64
+	err := s.read.QueryRowContext(ctx, `SELECT b.size FROM blobs b WHERE b.hash = ?
+		AND EXISTS (SELECT 1 FROM assets a WHERE a.account_id = ? AND a.hash = b.hash)`,
+		hash, accountID).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("embedded: account blob: %w", err)
+	}
+	return size, true, nil
+}
+
+// DeleteAsset deletes the account's asset and drops its blob reference in
+// one write transaction; when that was the last reference, the blob row is
+// deleted and remove is called before commit. If remove fails, nothing is
+// deleted.
+func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
+	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var hash string
+		err := tx.QueryRowContext(ctx,
+			`DELETE FROM assets WHERE id = ? AND account_id = ? RETURNING hash`, id, accountID).Scan(&hash)
+		if errors.Is(err, sql.ErrNoRows) {
+			return storage.ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("embedded: delete asset: %w", err)
+		}
+		return releaseBlob(ctx, tx, hash, remove)
+	})
+}
+
+// DeleteExpiredAssets deletes up to limit assets whose expiry is before now.
+// Each asset goes in its own transaction so that a failed remove leaves
+// every earlier deletion (and its removed bytes) consistent.
+func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove storage.BlobFunc) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	cutoff := formatTime(now)
+	rows, err := s.read.QueryContext(ctx, `SELECT id FROM assets
+		WHERE expires_at IS NOT NULL AND expires_at < ? ORDER BY expires_at LIMIT ?`, cutoff, limit)
+	if err != nil {
+		return 0, fmt.Errorf("embedded: list expired assets: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			_ = rows.Close()
+			return 0, fmt.Errorf("embedded: list expired assets: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, fmt.Errorf("embedded: list expired assets: %w", err)
+	}
+
+	deleted := 0
+	for _, id := range ids {
+		var gone bool
+		err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+			var hash string
+			// Re-check expiry: the asset may have been deleted meanwhile.
+			err := tx.QueryRowContext(ctx, `DELETE FROM assets
+				WHERE id = ? AND expires_at IS NOT NULL AND expires_at < ? RETURNING hash`, id, cutoff).Scan(&hash)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("embedded: delete expired asset: %w", err)
+			}
+			gone = true
+			return releaseBlob(ctx, tx, hash, remove)
+		})
+		if err != nil {
+			return deleted, err
+		}
+		if gone {
+			deleted++
+		}
+	}
+	return deleted, nil
+}
+
+// releaseBlob drops one reference on hash inside tx; at zero it deletes the
+// blob row and calls remove while the transaction still holds it.
+func releaseBlob(ctx context.Context, tx *sql.Tx, hash string, remove storage.BlobFunc) error {
+	var refs int64
+	err := tx.QueryRowContext(ctx,
+		`UPDATE blobs SET refs = refs - 1 WHERE hash = ? RETURNING refs`, hash).Scan(&refs)
+	if err != nil {
+		return fmt.Errorf("embedded: release blob: %w", err)
+	}
+	if refs > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM blobs WHERE hash = ?`, hash); err != nil {
+		return fmt.Errorf("embedded: delete blob: %w", err)
+	}
+	if remove == nil {
+		return errors.New("embedded: last reference dropped without a remove func")
+	}
+	if err := remove(hash); err != nil {
+		return fmt.Errorf("embedded: remove blob: %w", err)
+	}
+	return nil
+}
+
+// queryAsset runs a single-asset query on the read pool.
+func (s *Store) queryAsset(ctx context.Context, query string, args ...any) (storage.Asset, error) {
+	a, err := scanAsset(s.read.QueryRowContext(ctx, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return storage.Asset{}, storage.ErrNotFound
+	}
+	if err != nil {
+		return storage.Asset{}, fmt.Errorf("embedded: read asset: %w", err)
+	}
+	return a, nil
+}
+
+// scanAsset reads one row in assetColumns order.
+func scanAsset(row *sql.Row) (storage.Asset, error) {
+	var (
+		a                storage.Asset
+		tags, createdAt  string
+		jobID, expiresAt sql.NullString
+	)
+	if err := row.Scan(&a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
+		&tags, &jobID, &createdAt, &expiresAt); err != nil {
+		return storage.Asset{}, err
+	}
+	if err := json.Unmarshal([]byte(tags), &a.Tags); err != nil {
+		return storage.Asset{}, fmt.Errorf("embedded: decode tags: %w", err)
+	}
+	a.JobID = jobID.String
+	var err error
+	if a.CreatedAt, err = parseTime(createdAt); err != nil {
+		return storage.Asset{}, err
+	}
+	if a.ExpiresAt, err = parseNullTime(expiresAt); err != nil {
+		return storage.Asset{}, err
+	}
+	return a, nil
+}
+
+// nullTime maps nil to NULL and a time to its stored text.
+func nullTime(t *time.Time) sql.NullString {
+	if t == nil {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: formatTime(*t), Valid: true}
+}

@@ -1,0 +1,155 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Job statuses, as the contract names them.
+const (
+	JobQueued    = "queued"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobCanceling = "canceling"
+	JobCanceled  = "canceled"
+	JobFailed    = "failed"
+	JobExpired   = "expired"
+)
+
+// Terminal reports whether status is final.
+func Terminal(status string) bool {
+	switch status {
+	case JobSucceeded, JobCanceled, JobFailed, JobExpired:
+		return true
+	}
+	return false
+}
+
+var (
+	// ErrQueueFull means the pool's queue is at its bound.
+	ErrQueueFull = errors.New("storage: queue full")
+	// ErrLeaseLost means the attempt no longer owns the job (it was
+	// reclaimed, or the job ended); the attempt must stop writing.
+	ErrLeaseLost = errors.New("storage: lease lost")
+)
+
+// Job is one execution of a workflow.
+type Job struct {
+	ID        string
+	AccountID string
+	// Pool names the worker pool that runs the job.
+	Pool   string
+	Status string
+	// Workflow is the API-format graph as submitted (never extra_data).
+	Workflow    json.RawMessage
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	CompletedAt *time.Time
+	ExpiresAt   time.Time
+	// Progress is the latest progress snapshot (JSON object); nil until known.
+	Progress json.RawMessage
+	// Error is the job.error object; nil unless the job failed.
+	Error json.RawMessage
+	// Attempt counts claims; the running attempt is Attempt.
+	Attempt int
+	// Outputs in the order they were committed (GetJob and ClaimJob fill it).
+	Outputs []Output
+}
+
+// Output is one committed output of a job: an asset with its node and kind.
+type Output struct {
+	NodeID string
+	// Name is the file name the node gave it.
+	Name string
+	// Type is image, video, audio, text, file or latent.
+	Type  string
+	Asset Asset
+}
+
+// NewJob is what a caller supplies to create a job.
+type NewJob struct {
+	ID        string
+	AccountID string
+	Pool      string
+	Workflow  json.RawMessage
+	ExpiresAt time.Time
+	// IdempotencyKey, when set, is unique per account among jobs: the
+	// durable backstop behind the ClaimStore.
+	IdempotencyKey string
+	// MaxQueued bounds the pool's queued jobs; 0 means unbounded. Over the
+	// bound CreateJob returns ErrQueueFull and records nothing.
+	MaxQueued int
+}
+
+// NewOutput is an output an attempt commits: the asset to create (its
+// AccountID and JobID are taken from the job) plus its node and kind.
+type NewOutput struct {
+	NodeID string
+	Name   string
+	Type   string
+	Asset  NewAsset
+}
+
+// JobQuery selects jobs for a list, newest first.
+type JobQuery struct {
+	// Statuses filters by status; empty means all.
+	Statuses []string
+	// Limit is the page size (1..100).
+	Limit int
+	// Before, when set, continues after the job with this creation time and id.
+	Before *JobCursor
+}
+
+// JobCursor is a position in a newest-first list.
+type JobCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// JobStore keeps jobs, their queue, leases and outputs.
+type JobStore interface {
+	// CreateJob records a queued job (durably, before it returns).
+	CreateJob(ctx context.Context, j NewJob) (Job, error)
+	// GetJob returns the account's job with its outputs, or ErrNotFound.
+	GetJob(ctx context.Context, accountID, id string) (Job, error)
+	// ListJobs returns the account's jobs, newest first, without outputs.
+	ListJobs(ctx context.Context, accountID string, q JobQuery) ([]Job, error)
+	// QueuePosition is the 1-based position of a queued job among its
+	// pool's queued jobs (oldest first); 0 when it is not queued.
+	QueuePosition(ctx context.Context, id string) (int, error)
+	// ClaimJob moves the pool's oldest queued job to running for a new
+	// attempt (Attempt+1) leased to owner until now+lease, sets StartedAt
+	// on the first attempt, and removes the outputs of earlier attempts
+	// (calling remove for blobs left unreferenced) so that a reclaimed job
+	// never shows duplicate outputs. ErrNotFound when nothing is queued.
+	// Concurrent claimers never get the same job.
+	ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, remove BlobFunc) (Job, error)
+	// RenewLease extends the attempt's lease and returns the job's status
+	// (so the runner sees canceling). ErrLeaseLost when the attempt no
+	// longer owns the job.
+	RenewLease(ctx context.Context, id string, attempt int, lease time.Duration) (string, error)
+	// SetProgress stores the attempt's latest progress snapshot.
+	SetProgress(ctx context.Context, id string, attempt int, progress json.RawMessage) error
+	// AddOutput creates the output's asset (owned by the job's account,
+	// JobID set) and appends the output, in one transaction, with publish
+	// called as in CreateAsset. ErrLeaseLost when the attempt lost the job.
+	AddOutput(ctx context.Context, id string, attempt int, out NewOutput, publish BlobFunc) (Output, error)
+	// FinishJob ends the attempt with status (succeeded, failed or
+	// canceled) and, for failed, the error object; sets CompletedAt and
+	// drops the lease. ErrLeaseLost when the attempt lost the job.
+	FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (Job, error)
+	// CancelJob requests cancellation: queued → canceled at once, running
+	// → canceling; canceling and terminal jobs are returned unchanged.
+	CancelJob(ctx context.Context, accountID, id string) (Job, error)
+	// ReclaimExpired handles attempts whose lease ran out before now:
+	// canceling → canceled; running → queued again, or failed with jobErr
+	// (worker lost) once the job has had maxAttempts attempts. It returns
+	// the jobs it changed.
+	ReclaimExpired(ctx context.Context, now time.Time, maxAttempts int, jobErr json.RawMessage) ([]Job, error)
+	// ExpireJobs marks expired every non-terminal job past its ExpiresAt and
+	// every running job started before runningBefore, up to limit, and
+	// returns them. Expired jobs no longer hold their output assets.
+	ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]Job, error)
+}

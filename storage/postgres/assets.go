@@ -1,0 +1,287 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// assetColumns is the select list scanAsset reads, in order.
+const assetColumns = `id::text, account_id, hash, size_bytes, content_type, file_path,
+	tags, coalesce(job_id::text, ''), created_at, expires_at`
+
+// scanAsset reads one row selected with assetColumns.
+func scanAsset(row pgx.Row) (storage.Asset, error) {
+	var a storage.Asset
+	err := row.Scan(&a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
+		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt)
+	if err != nil {
+		return storage.Asset{}, err
+	}
+	if len(a.Tags) == 0 {
+		a.Tags = nil
+	}
+	a.CreatedAt = a.CreatedAt.UTC()
+	a.ExpiresAt = utcPtr(a.ExpiresAt)
+	return a, nil
+}
+
+// CreateAsset records a over its blob in one transaction; see createAssetTx.
+// Any failure rolls everything back, including the blob reference.
+func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Created{}, mapErr("create asset: begin", err)
+	}
+	defer rollback(ctx, tx)
+	created, err := createAssetTx(ctx, tx, a, publish)
+	if err != nil {
+		return storage.Created{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Created{}, mapErr("create asset: commit", err)
+	}
+	return created, nil
+}
+
+// createAssetTx is the reference protocol inside the caller's transaction:
+//
+//  1. upsert the blob row, incrementing refs; this takes the row lock that
+//     every create and delete of the hash serializes on until commit;
+//  2. note whether the account already held the bytes;
+//  3. insert the asset, so an idempotency-key or ID conflict is refused
+//     (storage.ErrDuplicate) before any bytes are made present;
+//  4. publish the bytes while the lock is held.
+func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+	if !isUUID(a.ID) {
+		return storage.Created{}, fmt.Errorf("postgres: create asset: id %q is not a UUID", a.ID)
+	}
+	if a.JobID != "" && !isUUID(a.JobID) {
+		return storage.Created{}, fmt.Errorf("postgres: create asset: job id %q is not a UUID", a.JobID)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO blobs (hash, size, refs) VALUES ($1, $2, 1)
+		ON CONFLICT (hash) DO UPDATE SET refs = blobs.refs + 1`, a.Hash, a.SizeBytes); err != nil {
+		return storage.Created{}, mapErr("create asset: reference blob", err)
+	}
+	var had bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE account_id = $1 AND hash = $2)`,
+		a.AccountID, a.Hash).Scan(&had); err != nil {
+		return storage.Created{}, mapErr("create asset: check account blob", err)
+	}
+
+	tags := a.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	var idemKey *string
+	if a.IdempotencyKey != "" {
+		idemKey = &a.IdempotencyKey
+	}
+	row := tx.QueryRow(ctx, `INSERT INTO assets
+		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, expires_at, idempotency_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		RETURNING `+assetColumns,
+		a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, tags, nullUUID(a.JobID), a.ExpiresAt, idemKey)
+	created, err := scanAsset(row)
+	if err != nil {
+		return storage.Created{}, mapErr("create asset: insert", err)
+	}
+	if err := publish(a.Hash); err != nil {
+		return storage.Created{}, fmt.Errorf("postgres: create asset: publish %s: %w", a.Hash, err)
+	}
+	return storage.Created{Asset: created, AccountHadBlob: had}, nil
+}
+
+// GetAsset returns the account's asset by id.
+func (s *Store) GetAsset(ctx context.Context, accountID, id string) (storage.Asset, error) {
+	if !isUUID(id) {
+		return storage.Asset{}, fmt.Errorf("postgres: get asset: %w", storage.ErrNotFound)
+	}
+	a, err := scanAsset(s.pool.QueryRow(ctx,
+		`SELECT `+assetColumns+` FROM assets WHERE id = $1 AND account_id = $2`, id, accountID))
+	if err != nil {
+		return storage.Asset{}, mapErr("get asset", err)
+	}
+	return a, nil
+}
+
+// FindAsset returns the account's newest asset with hash and filePath.
+func (s *Store) FindAsset(ctx context.Context, accountID, hash, filePath string) (storage.Asset, error) {
+	a, err := scanAsset(s.pool.QueryRow(ctx, `SELECT `+assetColumns+` FROM assets
+		WHERE account_id = $1 AND hash = $2 AND file_path = $3
+		ORDER BY created_at DESC, id DESC LIMIT 1`, accountID, hash, filePath))
+	if err != nil {
+		return storage.Asset{}, mapErr("find asset", err)
+	}
+	return a, nil
+}
+
+// FindAssetByPath returns the account's newest unexpired asset at filePath.
+// "Unexpired" is judged by this process's clock, the same clock the reaper
+// passes to DeleteExpiredAssets.
+func (s *Store) FindAssetByPath(ctx context.Context, accountID, filePath string) (storage.Asset, error) {
+	a, err := scanAsset(s.pool.QueryRow(ctx, `SELECT `+assetColumns+` FROM assets
+		WHERE account_id = $1 AND file_path = $2 AND (expires_at IS NULL OR expires_at > $3)
+		ORDER BY created_at DESC, id DESC LIMIT 1`, accountID, filePath, time.Now()))
+	if err != nil {
+		return storage.Asset{}, mapErr("find asset by path", err)
+	}
+	return a, nil
+}
+
+// AccountBlob reports whether the account holds an asset over hash.
+func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64, bool, error) {
+	var size int64
+	err := s.pool.QueryRow(ctx, `SELECT b.size FROM assets a JOIN blobs b ON b.hash = a.hash
+		WHERE a.account_id = $1 AND a.hash = $2 LIMIT 1`, accountID, hash).Scan(&size)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, mapErr("account blob", err)
+	}
+	return size, true, nil
+}
+
+// DeleteAsset deletes the account's asset and drops its blob reference in
+// one transaction. When the reference was the last, the blob row is deleted
+// and remove runs before commit, with the row still locked; if remove fails
+// the asset stays.
+func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
+	if !isUUID(id) {
+		return fmt.Errorf("postgres: delete asset: %w", storage.ErrNotFound)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr("delete asset: begin", err)
+	}
+	defer rollback(ctx, tx)
+
+	var hash string
+	err = tx.QueryRow(ctx, `DELETE FROM assets WHERE id = $1 AND account_id = $2 RETURNING hash`,
+		id, accountID).Scan(&hash)
+	if err != nil {
+		return mapErr("delete asset", err)
+	}
+	if err := dropRefs(ctx, tx, hash, 1, remove); err != nil {
+		return fmt.Errorf("postgres: delete asset: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return mapErr("delete asset: commit", err)
+	}
+	return nil
+}
+
+// dropRefs subtracts n references from hash's blob row (locking it) and,
+// when none remain, deletes the row and calls remove inside the transaction.
+func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage.BlobFunc) error {
+	var refs int
+	err := tx.QueryRow(ctx, `UPDATE blobs SET refs = refs - $2 WHERE hash = $1 RETURNING refs`,
+		hash, n).Scan(&refs)
+	if err != nil {
+		// No row means the refs invariant is broken; that is an internal
+		// error, not the caller's ErrNotFound, so no sentinel mapping here.
+		return fmt.Errorf("release blob %s: %w", hash, err)
+	}
+	if refs > 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = $1`, hash); err != nil {
+		return fmt.Errorf("delete blob %s: %w", hash, err)
+	}
+	if err := remove(hash); err != nil {
+		return fmt.Errorf("remove blob %s: %w", hash, err)
+	}
+	return nil
+}
+
+// DeleteExpiredAssets deletes up to limit assets that expired before now, in
+// one transaction. Rows another reaper (or a concurrent delete) has locked are
+// skipped, so several processes can reap at once. Blobs are released in hash
+// order, one savepoint each: a remove that fails keeps that blob's assets for
+// a later pass without blocking the rest of the batch. It returns how many
+// assets were deleted, and the joined remove errors if any.
+func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove storage.BlobFunc) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, mapErr("delete expired: begin", err)
+	}
+	defer rollback(ctx, tx)
+
+	rows, err := tx.Query(ctx, `SELECT id::text, hash FROM assets
+		WHERE expires_at < $1 ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+	if err != nil {
+		return 0, mapErr("delete expired: select", err)
+	}
+	byHash := map[string][]string{}
+	for rows.Next() {
+		var id, hash string
+		if err := rows.Scan(&id, &hash); err != nil {
+			rows.Close()
+			return 0, mapErr("delete expired: scan", err)
+		}
+		byHash[hash] = append(byHash[hash], id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, mapErr("delete expired: select", err)
+	}
+
+	// A fixed lock order over blob rows keeps concurrent reapers from
+	// deadlocking on each other.
+	hashes := make([]string, 0, len(byHash))
+	for h := range byHash {
+		hashes = append(hashes, h)
+	}
+	slices.Sort(hashes)
+
+	deleted := 0
+	var errs []error
+	for _, h := range hashes {
+		n, err := reapBlob(ctx, tx, h, byHash[h], remove)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		deleted += n
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, mapErr("delete expired: commit", err)
+	}
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("postgres: delete expired: %w", errors.Join(errs...))
+	}
+	return deleted, nil
+}
+
+// reapBlob deletes ids (all over hash) inside a savepoint and releases their
+// references, undoing both if remove fails.
+func reapBlob(ctx context.Context, tx pgx.Tx, hash string, ids []string, remove storage.BlobFunc) (int, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("savepoint: %w", err)
+	}
+	tag, err := sp.Exec(ctx, `DELETE FROM assets WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return 0, fmt.Errorf("delete assets over %s: %w", hash, err)
+	}
+	n := int(tag.RowsAffected())
+	if err := dropRefs(ctx, sp, hash, n, remove); err != nil {
+		_ = sp.Rollback(ctx)
+		return 0, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("release savepoint: %w", err)
+	}
+	return n, nil
+}

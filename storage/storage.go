@@ -1,0 +1,147 @@
+// Package storage declares what comfygate keeps and the interfaces behind which
+// it keeps it. Two implementations exist and pass one conformance suite
+// (storage/storetest): postgres (production; Redis beside it for claims) and
+// embedded (a SQLite file plus in-process claims, the zero-setup default).
+//
+// The database is the source of truth. Everything a ClaimStore holds may be
+// lost (a Redis flush) without losing data; the rows carry their own
+// uniqueness backstops.
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap driver errors with %w but return these
+// for the conditions callers branch on.
+var (
+	// ErrNotFound means the record does not exist or is not the caller's;
+	// the two are deliberately the same.
+	ErrNotFound = errors.New("storage: not found")
+	// ErrInUse means the record cannot be deleted while something depends on it.
+	ErrInUse = errors.New("storage: in use")
+	// ErrDuplicate means a uniqueness backstop refused the write (for example
+	// a second asset created under one idempotency key after a claim was lost).
+	ErrDuplicate = errors.New("storage: duplicate")
+)
+
+// Asset is one asset record over an immutable, content-addressed blob.
+type Asset struct {
+	ID          string
+	AccountID   string
+	Hash        string // "blake3:<hex>"
+	SizeBytes   int64
+	ContentType string
+	FilePath    string
+	Tags        []string
+	// JobID is the job that produced the asset; empty for uploads.
+	JobID     string
+	CreatedAt time.Time
+	// ExpiresAt is the asset's retention deadline; nil means never.
+	ExpiresAt *time.Time
+}
+
+// NewAsset is what a caller supplies to create an asset.
+type NewAsset struct {
+	// ID is assigned by the caller (a UUID) so that it can be logged before commit.
+	ID          string
+	AccountID   string
+	Hash        string
+	SizeBytes   int64
+	ContentType string
+	FilePath    string
+	Tags        []string
+	JobID       string
+	ExpiresAt   *time.Time
+	// IdempotencyKey, when set, must be unique per account among assets: the
+	// durable backstop behind the ClaimStore.
+	IdempotencyKey string
+}
+
+// Created reports what CreateAsset did.
+type Created struct {
+	Asset Asset
+	// AccountHadBlob is true when the account already held an asset over the
+	// same bytes before this one: the only case answered as a dedup hit.
+	AccountHadBlob bool
+}
+
+// BlobFunc touches a blob's bytes while the store holds the blob's record, so
+// that a concurrent create and delete of the same bytes cannot interleave
+// between the file system and the database.
+type BlobFunc func(hash string) error
+
+// AssetStore keeps asset records and the blob references behind them.
+type AssetStore interface {
+	// CreateAsset records a over the blob a.Hash. publish is called with the
+	// blob's record held; it must make the bytes present (create-only) and is
+	// called on every create, present or not. If publish fails nothing is
+	// recorded.
+	CreateAsset(ctx context.Context, a NewAsset, publish BlobFunc) (Created, error)
+	// GetAsset returns the account's asset, or ErrNotFound.
+	GetAsset(ctx context.Context, accountID, id string) (Asset, error)
+	// FindAsset returns the account's newest asset with this hash and file
+	// path, or ErrNotFound.
+	FindAsset(ctx context.Context, accountID, hash, filePath string) (Asset, error)
+	// FindAssetByPath returns the account's newest unexpired asset whose file
+	// path is filePath, or ErrNotFound.
+	FindAssetByPath(ctx context.Context, accountID, filePath string) (Asset, error)
+	// AccountBlob reports whether the account holds an asset over hash and,
+	// if so, the blob's size.
+	AccountBlob(ctx context.Context, accountID, hash string) (size int64, ok bool, err error)
+	// DeleteAsset removes the record. When no record references the blob any
+	// more, remove is called with the blob's record held and must delete the
+	// bytes. Returns ErrNotFound, or ErrInUse while the asset is an output of
+	// a job that is not expired.
+	DeleteAsset(ctx context.Context, accountID, id string, remove BlobFunc) error
+	// DeleteExpiredAssets removes up to limit assets whose ExpiresAt is before
+	// now, calling remove for blobs left unreferenced. It returns how many it removed.
+	DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove BlobFunc) (int, error)
+}
+
+// APIKey is an account-scoped credential. Only a digest of its secret is kept.
+type APIKey struct {
+	ID        string
+	AccountID string
+	Name      string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// APIKeyStore keeps API keys.
+type APIKeyStore interface {
+	// CreateAPIKey stores k with the SHA-256 digest of its secret.
+	CreateAPIKey(ctx context.Context, k APIKey, digest []byte) error
+	// APIKeyDigest returns the key and its digest by id; ErrNotFound when the
+	// key does not exist or is revoked.
+	APIKeyDigest(ctx context.Context, id string) (APIKey, []byte, error)
+	// RevokeAPIKey revokes the key; ErrNotFound when it does not exist.
+	RevokeAPIKey(ctx context.Context, id string) error
+	// ListAPIKeys lists an account's keys, or every key when accountID is empty.
+	ListAPIKeys(ctx context.Context, accountID string) ([]APIKey, error)
+}
+
+// Store is one storage backend.
+type Store interface {
+	AssetStore
+	APIKeyStore
+	// Migrate brings the schema up to date. It is safe to call concurrently
+	// from several processes.
+	Migrate(ctx context.Context) error
+	// Close releases the backend's connections.
+	Close() error
+}
+
+// ClaimStore holds single-use claims (idempotency keys) with an expiry. It is
+// a fast, losable guard: Redis in production, in-process on the embedded default.
+type ClaimStore interface {
+	// Claim takes key within scope for ttl. It reports false when the key is
+	// already held.
+	Claim(ctx context.Context, scope, key string, ttl time.Duration) (bool, error)
+	// Release frees a claim so that a legitimate retry may proceed.
+	Release(ctx context.Context, scope, key string) error
+	// Close releases the store's connections.
+	Close() error
+}

@@ -1,0 +1,212 @@
+// Package gateway runs the real comfygate binary for integration tests: it
+// builds cmd/comfygate (or uses $COMFYGATE_BIN), starts it on a free port
+// with a test's Caddyfile, waits until it answers, and stops or kills it.
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary returns the path of a comfygate binary, building it once per test
+// process unless COMFYGATE_BIN names one.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("COMFYGATE_BIN"); p != "" {
+		return p
+	}
+	buildOnce.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "comfygate-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "comfygate")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/comfygate")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// RepoRoot returns the repository root (the directory holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Gateway is one running gateway process.
+type Gateway struct {
+	// URL is http://127.0.0.1:<port>.
+	URL string
+	// Port is the HTTP port.
+	Port int
+	// Dir is the process's working directory (embedded data lives under it).
+	Dir string
+
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+}
+
+// Options configure Start.
+type Options struct {
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// Dir is the working directory; empty means a fresh temp dir.
+	Dir string
+	// Env is added to the process environment.
+	Env []string
+}
+
+// Start writes caddyfile (with {PORT} replaced) and runs the gateway with it.
+// The process is stopped when the test ends.
+func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
+	t.Helper()
+	bin := Binary(t)
+	if opts.Port == 0 {
+		opts.Port = FreePort(t)
+	}
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	cfg := strings.ReplaceAll(caddyfile, "{PORT}", fmt.Sprint(opts.Port))
+	cfgPath := filepath.Join(opts.Dir, fmt.Sprintf("Caddyfile.%d", opts.Port))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{
+		URL:  fmt.Sprintf("http://127.0.0.1:%d", opts.Port),
+		Port: opts.Port,
+		Dir:  opts.Dir,
+		logs: &lockedBuffer{},
+		done: make(chan struct{}),
+	}
+	g.cmd = exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	g.cmd.Dir = opts.Dir
+	g.cmd.Env = append(os.Environ(), opts.Env...)
+	g.cmd.Stdout = g.logs
+	g.cmd.Stderr = g.logs
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.cmd.Wait(); close(g.done) }()
+	t.Cleanup(func() {
+		g.Stop()
+		if t.Failed() {
+			t.Logf("gateway on :%d logs:\n%s", g.Port, g.logs.String())
+		}
+	})
+	g.waitReady(t)
+	return g
+}
+
+func (g *Gateway) waitReady(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-g.done:
+			t.Fatalf("gateway exited during start:\n%s", g.logs.String())
+		default:
+		}
+		resp, err := client.Get(g.URL + "/api/v2/assets/00000000-0000-0000-0000-000000000000")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("gateway did not answer within 60s:\n%s", g.logs.String())
+}
+
+// Logs returns what the process printed so far.
+func (g *Gateway) Logs() string { return g.logs.String() }
+
+// Stop asks the process to exit and waits, killing it after 15 s.
+func (g *Gateway) Stop() {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(15 * time.Second):
+		g.Kill()
+	}
+}
+
+// Kill ends the process at once (kill -9) and waits for it.
+func (g *Gateway) Kill() {
+	_ = g.cmd.Process.Kill()
+	<-g.done
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

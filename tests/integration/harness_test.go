@@ -1,0 +1,219 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/tests/gateway"
+)
+
+// backend is one storage configuration the API tests run against.
+type backend struct {
+	name string
+	// global is the comfygate global option body for a gateway working in dir.
+	global func(t *testing.T, dir string) string
+}
+
+// backends returns embedded and postgres+redis. Both postgres gateways of a
+// test share one schema when the test starts two of them.
+func backends() []backend {
+	return []backend{
+		{name: "embedded", global: func(t *testing.T, dir string) string {
+			return "storage embedded ./data\n\t\tmax_upload_size 4MiB"
+		}},
+		{name: "postgres", global: func(t *testing.T, dir string) string {
+			return fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\tblobs file_system ./data/blobs\n\t\tmax_upload_size 4MiB",
+				pgtest.DSN(t), pgtest.RedisURL(t))
+		}},
+	}
+}
+
+// siteConfig is a v2 gateway with the given auth directive.
+func siteConfig(global, auth string) string {
+	return `{
+	admin off
+	grace_period 1s
+	comfygate {
+		` + global + `
+	}
+}
+
+http://:{PORT} {
+	bind 127.0.0.1
+	route {
+		error_envelope
+		` + auth + `
+		idempotency
+		comfy_assets
+		error "not found" 404
+	}
+}
+`
+}
+
+// startGateway runs a gateway for b with auth none.
+func startGateway(t *testing.T, b backend) *gateway.Gateway {
+	t.Helper()
+	dir := t.TempDir()
+	return gateway.Start(t, siteConfig(b.global(t, dir), "comfy_auth none"), gateway.Options{Dir: dir})
+}
+
+// part is one multipart part, sent in order.
+type part struct {
+	name, filename, value string
+	data                  []byte
+}
+
+func multipartBody(t *testing.T, parts ...part) (*bytes.Buffer, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		if p.filename != "" {
+			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, p.name, p.filename))
+			h.Set("Content-Type", "application/octet-stream")
+		} else {
+			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q`, p.name))
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.filename != "" {
+			pw.Write(p.data)
+		} else {
+			io.WriteString(pw, p.value)
+		}
+	}
+	w.Close()
+	return &buf, w.FormDataContentType()
+}
+
+// uploadParts is the usual metadata-then-file body.
+func uploadParts(data []byte, filePath string, extra ...part) []part {
+	ps := []part{{name: "content_type", value: "image/png"}, {name: "file_path", value: filePath}}
+	ps = append(ps, extra...)
+	return append(ps, part{name: "file", filename: filepath.Base(filePath), data: data})
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+func hashOf(b []byte) string {
+	s := blake3.Sum256(b)
+	return fmt.Sprintf("blake3:%x", s[:])
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("status %d body %q is not a JSON object: %v", r.Status, r.Body, err)
+	}
+	return m
+}
+
+// errorCode checks the v2 envelope and returns error.code.
+func (r response) errorCode(t *testing.T) string {
+	t.Helper()
+	m := r.json(t)
+	e, ok := m["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("status %d: no error envelope in %s", r.Status, r.Body)
+	}
+	if _, ok := e["message"].(string); !ok {
+		t.Fatalf("error envelope without message: %s", r.Body)
+	}
+	if _, ok := e["details"]; !ok {
+		t.Fatalf("error envelope without details key: %s", r.Body)
+	}
+	code, _ := e["code"].(string)
+	return code
+}
+
+func do(t *testing.T, method, url string, body io.Reader, header map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("X-Request-Id") == "" {
+		t.Errorf("%s %s: response without X-Request-Id", method, url)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+func upload(t *testing.T, g *gateway.Gateway, header map[string]string, parts ...part) response {
+	t.Helper()
+	body, ct := multipartBody(t, parts...)
+	h := map[string]string{"Content-Type": ct}
+	for k, v := range header {
+		h[k] = v
+	}
+	return do(t, http.MethodPost, g.URL+"/api/v2/assets", body, h)
+}
+
+// blobFiles lists the files under the gateway's blob objects and tmp dirs.
+func blobFiles(t *testing.T, g *gateway.Gateway, sub string) []string {
+	t.Helper()
+	var files []string
+	root := filepath.Join(g.Dir, "data", "blobs", sub)
+	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			files = append(files, strings.TrimPrefix(p, root))
+		}
+		return nil
+	})
+	return files
+}
+
+// createKey mints an API key with the CLI against the gateway's config.
+func createKey(t *testing.T, g *gateway.Gateway, account string) string {
+	t.Helper()
+	cfgs, _ := filepath.Glob(filepath.Join(g.Dir, "Caddyfile.*"))
+	if len(cfgs) != 1 {
+		t.Fatalf("want one Caddyfile in %s, have %v", g.Dir, cfgs)
+	}
+	cmd := exec.Command(gateway.Binary(t), "api-key", "create", "--config", cfgs[0], "--adapter", "caddyfile", "--account", account)
+	cmd.Dir = g.Dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("api-key create: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
