@@ -1,0 +1,127 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// leaseStore is what a Lease needs from the limiter that granted it.
+type leaseStore interface {
+	heartbeat(ctx context.Context, l *Lease) error
+	settle(ctx context.Context, l *Lease, chargedCents int64) error
+}
+
+// Lease is an admitted call's hold on its workspace's limits. It counts
+// until Settle, or until its expiry passes without a Heartbeat.
+type Lease struct {
+	// ID and Workspace identify the call; Cents is what it reserved.
+	ID        string
+	Workspace string
+	Cents     int64
+	// InFlight and CommittedCents are the workspace's totals just after
+	// admission, including this call (for X-Committed-Spend-* on admitted
+	// responses, where Current includes the call).
+	InFlight       int
+	CommittedCents int64
+	// TTL is how long the lease lives without a heartbeat.
+	TTL time.Duration
+
+	store   leaseStore
+	credits bool // admitted with RequireCredits: Settle debits the charge
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// Heartbeat pushes the lease's expiry to now + TTL. It returns ErrLeaseLost
+// when the lease already expired or was settled: the call no longer counts
+// against the limits, and the caller decides whether to carry on. A store
+// failure wraps ErrUnavailable; the lease may still be alive, so retrying on
+// the next tick is right.
+func (l *Lease) Heartbeat(ctx context.Context) error {
+	l.mu.Lock()
+	settled := l.settled
+	l.mu.Unlock()
+	if settled {
+		return fmt.Errorf("%w: call %s already settled", ErrLeaseLost, l.ID)
+	}
+	return l.store.heartbeat(ctx, l)
+}
+
+// Settle ends the call: it frees the slot and the reserved cents and, when
+// the call was admitted with RequireCredits, debits chargedCents (what the
+// provider actually billed; 0 for a call that was never dispatched or not
+// billed) from the credit balance. It works whether or not the lease has
+// expired.
+//
+// Pass a context a client disconnect cannot cancel, with its own bound:
+//
+//	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+//	defer cancel()
+//	err := lease.Settle(ctx, charged)
+//
+// Settle is idempotent: after one success further calls return nil and do
+// nothing. A failed Settle may be retried; the store additionally remembers
+// settled calls for 15 minutes so a retry after a lost reply cannot debit
+// twice. If every attempt fails the lease still expires within one TTL; the
+// debit is then lost, which the durable usage record must cover.
+func (l *Lease) Settle(ctx context.Context, chargedCents int64) error {
+	if chargedCents < 0 || chargedCents > MaxCents {
+		return fmt.Errorf("%w: charged cents %d out of range", ErrInvalid, chargedCents)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.settled {
+		return nil
+	}
+	if !l.credits {
+		chargedCents = 0
+	}
+	if err := l.store.settle(ctx, l, chargedCents); err != nil {
+		return err
+	}
+	l.settled = true
+	return nil
+}
+
+// KeepAlive heartbeats the lease every TTL/3 in a goroutine until stop is
+// called, ctx ends, or the lease is lost. Errors other than the final
+// ErrLeaseLost are retried on the next tick; every error is passed to onErr
+// (may be nil) for logging. stop waits for the goroutine to finish, so call
+// it before Settle to avoid a heartbeat racing the release (harmless, but
+// noisy: it reports ErrLeaseLost). Pass a context the client disconnect
+// does not cancel (context.WithoutCancel) when the provider call carries on
+// after the client leaves: the spend stays committed until it finishes.
+func (l *Lease) KeepAlive(ctx context.Context, onErr func(error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(l.TTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := l.Heartbeat(ctx)
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			if onErr != nil {
+				onErr(err)
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -1,0 +1,208 @@
+package limits_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/modules/router/limits/limitstest"
+	"github.com/comfygate/comfygate/storage/pgtest"
+)
+
+func openRedis(t testing.TB, ttl time.Duration) *limits.Redis {
+	t.Helper()
+	l, err := limits.OpenRedis(pgtest.RedisURL(t), pgtest.KeyPrefix(t), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestRedisSuite(t *testing.T) {
+	limitstest.Run(t, func(t *testing.T) limitstest.Harness {
+		const ttl = 1500 * time.Millisecond
+		return limitstest.Harness{Limiter: openRedis(t, ttl), TTL: ttl, Advance: time.Sleep}
+	})
+}
+
+func TestRedisUnreachableIsUnavailable(t *testing.T) {
+	l, err := limits.OpenRedis("redis://127.0.0.1:1/0", "x:", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Admit(ctx, "ws", limits.Call{ID: "a", Cents: 1}, limits.Limits{MaxInFlight: 1}); !errors.Is(err, limits.ErrUnavailable) {
+		t.Fatalf("admit: %v, want ErrUnavailable", err)
+	}
+	if _, _, err := l.Inspect(ctx, "ws"); !errors.Is(err, limits.ErrUnavailable) {
+		t.Fatalf("inspect: %v, want ErrUnavailable", err)
+	}
+	if _, err := l.Balance(ctx, "ws"); !errors.Is(err, limits.ErrUnavailable) {
+		t.Fatalf("balance: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestRedisHeartbeatAfterKeysLost: a FLUSH (or failover to an empty
+// replica) loses the lease; the heartbeat says so and Settle still succeeds.
+func TestRedisHeartbeatAfterKeysLost(t *testing.T) {
+	url := pgtest.RedisURL(t)
+	prefix := pgtest.KeyPrefix(t)
+	l, err := limits.OpenRedis(url, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	lease, err := l.Admit(ctx, "ws", limits.Call{ID: "a", Cents: 9}, limits.Limits{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, _ := redis.ParseURL(url)
+	raw := redis.NewClient(opts)
+	defer raw.Close()
+	keys, err := raw.Keys(ctx, prefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys under prefix: %v, %v", keys, err)
+	}
+	if err := raw.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Heartbeat(ctx); !errors.Is(err, limits.ErrLeaseLost) {
+		t.Fatalf("heartbeat after keys lost: %v, want ErrLeaseLost", err)
+	}
+	if err := lease.Settle(ctx, 0); err != nil {
+		t.Fatalf("settle after keys lost: %v", err)
+	}
+}
+
+// TestRedisKeysShareHashTag: every key of a workspace carries one hash tag
+// (one cluster slot, as the scripts require), even for names with braces,
+// and every key but the credit balance expires on its own.
+func TestRedisKeysShareHashTag(t *testing.T) {
+	url := pgtest.RedisURL(t)
+	prefix := pgtest.KeyPrefix(t)
+	l, err := limits.OpenRedis(url, prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for _, ws := range []string{"plain-ws", "weird {ws}:with/stuff"} {
+		if _, err := l.AddCredits(ctx, ws, 10); err != nil {
+			t.Fatal(err)
+		}
+		lim := limits.Limits{RequireCredits: true, Rate: []limits.Window{{Name: "m", Period: time.Minute, Max: 3}}}
+		lease, err := l.Admit(ctx, ws, limits.Call{ID: "a", Cents: 4}, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Admit(ctx, ws, limits.Call{ID: "b", Cents: 1}, lim); err != nil {
+			t.Fatal(err) // left in flight so its lease keys exist
+		}
+		if err := lease.Settle(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts, _ := redis.ParseURL(url)
+	raw := redis.NewClient(opts)
+	defer raw.Close()
+	keys, err := raw.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]int{}
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, prefix)
+		end := strings.IndexByte(rest, '}')
+		if !strings.HasPrefix(rest, "{") || end < 0 {
+			t.Fatalf("key %q has no hash tag after the prefix", k)
+		}
+		tags[rest[1:end]]++
+		if ttl := raw.PTTL(ctx, k).Val(); !strings.HasSuffix(k, ":credits") && ttl <= 0 {
+			t.Errorf("key %s has no expiry (%v)", k, ttl)
+		}
+	}
+	// Per workspace: leases, cost, credits, rate, settled guard.
+	if len(tags) != 2 || tags["plain-ws"] != 5 {
+		t.Fatalf("keys %v: tags %v, want 2 tags with 5 keys each", keys, tags)
+	}
+}
+
+func TestKeepAliveRedis(t *testing.T) {
+	testKeepAlive(t, openRedis(t, limits.MinLeaseTTL*3))
+}
+
+// BenchmarkRedisAdmitSettle measures one admitted call's limiter cost: one
+// Admit and one Settle, two round trips, with every limit kind enabled.
+func BenchmarkRedisAdmitSettle(b *testing.B) {
+	l := openRedis(b, 0)
+	ctx := context.Background()
+	lim := limits.Limits{MaxInFlight: 1000, SpendCeilingCents: 1 << 40, RequireCredits: true,
+		Rate: []limits.Window{{Name: "minute", Period: time.Minute, Max: 1 << 30}}}
+	if _, err := l.AddCredits(ctx, "bench", 1<<40); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		lease, err := l.Admit(ctx, "bench", limits.Call{ID: fmt.Sprint("c", i), Cents: 5}, lim)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Settle(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRedisAdmitSettleParallel is the same under concurrent callers
+// (one workspace, so every script serialises on its keys as in production).
+func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
+	l := openRedis(b, 0)
+	ctx := context.Background()
+	lim := limits.Limits{MaxInFlight: 1000, SpendCeilingCents: 1 << 40}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := fmt.Sprint("c", seq.Add(1))
+			lease, err := l.Admit(ctx, "bench", limits.Call{ID: id, Cents: 5}, lim)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lease.Settle(ctx, 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func TestRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		d, ttl time.Duration
+		want   int
+	}{
+		{0, 0, 2},
+		{9 * time.Second, 0, 2},
+		{10 * time.Second, 0, 3},
+		{10 * time.Minute, 0, 62},
+		{time.Second, 300 * time.Millisecond, 12},
+	} {
+		if got := limits.RoundTrips(tc.d, tc.ttl); got != tc.want {
+			t.Errorf("RoundTrips(%v, %v) = %d, want %d", tc.d, tc.ttl, got, tc.want)
+		}
+	}
+}
