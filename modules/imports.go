@@ -6,6 +6,7 @@ import (
 	_ "github.com/comfygate/comfygate/modules/comfyassets"
 	_ "github.com/comfygate/comfygate/modules/comfyauth"
 	_ "github.com/comfygate/comfygate/modules/comfygate"
+	_ "github.com/comfygate/comfygate/modules/comfyjobs"
 	_ "github.com/comfygate/comfygate/modules/errorenvelope"
 	_ "github.com/comfygate/comfygate/modules/idempotency"
 )

@@ -127,6 +127,7 @@ type APIKeyStore interface {
 type Store interface {
 	AssetStore
 	APIKeyStore
+	JobStore
 	// Migrate brings the schema up to date. It is safe to call concurrently
 	// from several processes.
 	Migrate(ctx context.Context) error

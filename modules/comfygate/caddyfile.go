@@ -2,6 +2,7 @@ package comfygate
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -23,6 +24,16 @@ func init() {
 //		blobs file_system <dir>
 //		asset_retention <duration>
 //		max_upload_size <size>
+//		jobs {
+//			concurrency <n>
+//			max_queued <n>
+//			retention <duration>
+//			running_bound <duration>
+//			lease <duration>
+//			max_attempts <n>
+//			max_streams <n>
+//			no_execute
+//		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)
@@ -87,11 +98,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&v) {
 				return d.ArgErr()
 			}
-			dur, err := caddy.ParseDuration(v)
-			if err != nil {
+			if err := parseDuration(v, &a.AssetRetention); err != nil {
 				return d.Errf("asset_retention: %v", err)
 			}
-			a.AssetRetention = caddy.Duration(dur)
 		case "max_upload_size":
 			var v string
 			if !d.AllArgs(&v) {
@@ -102,10 +111,70 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_upload_size: %v", err)
 			}
 			a.MaxUploadBytes = int64(n)
+		case "jobs":
+			if a.JobsConfig == nil {
+				a.JobsConfig = &JobsConfig{}
+			}
+			if err := a.JobsConfig.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("unknown comfygate option %q", d.Val())
 		}
 	}
+	return nil
+}
+
+// unmarshalCaddyfile reads the jobs block.
+func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if name == "no_execute" {
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			c.NoExecute = true
+			continue
+		}
+		var v string
+		if !d.AllArgs(&v) {
+			return d.ArgErr()
+		}
+		var err error
+		switch name {
+		case "concurrency":
+			c.Concurrency, err = strconv.Atoi(v)
+		case "max_queued":
+			c.MaxQueued, err = strconv.Atoi(v)
+		case "max_attempts":
+			c.MaxAttempts, err = strconv.Atoi(v)
+		case "max_streams":
+			c.MaxStreams, err = strconv.Atoi(v)
+		case "retention":
+			err = parseDuration(v, &c.Retention)
+		case "running_bound":
+			err = parseDuration(v, &c.RunningBound)
+		case "lease":
+			err = parseDuration(v, &c.Lease)
+		default:
+			return d.Errf("unknown jobs option %q", name)
+		}
+		if err != nil {
+			return d.Errf("jobs %s: %v", name, err)
+		}
+	}
+	return nil
+}
+
+func parseDuration(v string, into *caddy.Duration) error {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*into = caddy.Duration(dur)
 	return nil
 }
 

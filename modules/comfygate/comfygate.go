@@ -13,12 +13,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 )
@@ -49,13 +52,18 @@ type App struct {
 	AssetRetention caddy.Duration `json:"asset_retention,omitempty"`
 	// MaxUploadBytes bounds an upload request body. Default 100 MiB.
 	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
+	// JobsConfig configures job submission and execution.
+	JobsConfig *JobsConfig `json:"jobs,omitempty"`
 
-	ctx     caddy.Context
-	logger  *zap.Logger
-	key     string
-	res     *resources
-	cancel  context.CancelFunc
-	stopped chan struct{}
+	ctx      caddy.Context
+	logger   *zap.Logger
+	key      string
+	res      *resources
+	builtin  *jobs.BuiltinExecutor
+	stopping chan struct{}
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	stopped  []<-chan struct{}
 }
 
 // StorageConfig selects a storage backend.
@@ -90,6 +98,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
 	a.applyDefaults()
+	a.builtin = new(jobs.BuiltinExecutor)
+	a.stopping = make(chan struct{})
+	eventsApp, err := ctx.App("events")
+	if err != nil {
+		return err
+	}
+	if err := eventsApp.(*caddyevents.App).On("stopping", stoppingHandler{a.signalStopping}); err != nil {
+		return err
+	}
 	cfg := a.resourceConfig()
 	keyBytes, err := json.Marshal(cfg)
 	if err != nil {
@@ -138,6 +155,10 @@ func (a *App) applyDefaults() {
 	if a.MaxUploadBytes == 0 {
 		a.MaxUploadBytes = DefaultMaxUploadBytes
 	}
+	if a.JobsConfig == nil {
+		a.JobsConfig = &JobsConfig{}
+	}
+	a.JobsConfig.applyDefaults()
 }
 
 // resourceConfig is the part of the configuration that names backends.
@@ -165,7 +186,7 @@ func (a *App) Validate() error {
 	if a.AssetRetention < 0 {
 		return fmt.Errorf("comfygate: asset_retention must not be negative")
 	}
-	return nil
+	return a.JobsConfig.validate()
 }
 
 // Start opens the backends (once per configuration) and starts the
@@ -176,17 +197,40 @@ func (a *App) Start() error {
 	}
 	loopCtx, stop := context.WithCancel(a.ctx)
 	a.cancel = stop
-	a.stopped = make(chan struct{})
-	go a.maintain(loopCtx)
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		a.maintain(loopCtx)
+	}()
+	a.stopped = []<-chan struct{}{maintained}
+	if !a.JobsConfig.NoExecute {
+		a.stopped = append(a.stopped, a.startDispatcher(loopCtx))
+	}
 	return nil
 }
 
-// Stop ends the maintenance loops. Shared resources stay open for the next
-// configuration; Cleanup releases this configuration's reference.
+// signalStopping closes the Stopping channel, once.
+func (a *App) signalStopping() { a.stopOnce.Do(func() { close(a.stopping) }) }
+
+// stoppingHandler adapts a function to Caddy's event handler interface.
+type stoppingHandler struct{ fn func() }
+
+func (h stoppingHandler) Handle(context.Context, caddy.Event) error {
+	h.fn()
+	return nil
+}
+
+// Stop ends the maintenance loops and the dispatcher, waiting for runs in
+// progress to return (they hand their jobs on through their leases). Shared
+// resources stay open for the next configuration; Cleanup releases this
+// configuration's reference.
 func (a *App) Stop() error {
+	a.signalStopping()
 	if a.cancel != nil {
 		a.cancel()
-		<-a.stopped
+		for _, done := range a.stopped {
+			<-done
+		}
 	}
 	return nil
 }
@@ -212,6 +256,9 @@ func (a *App) Ready() error {
 // Store returns the storage backend. Valid after Ready.
 func (a *App) Store() storage.Store { return a.res.store }
 
+// RedisURL is the configured Redis, or "" when state is kept in process.
+func (a *App) RedisURL() string { return a.Redis }
+
 // Claims returns the claim store. Valid after Ready.
 func (a *App) Claims() storage.ClaimStore { return a.res.claims }
 
@@ -230,7 +277,6 @@ func (a *App) Assets() *assets.Service {
 
 // maintain sweeps expired assets and stale temp files until ctx ends.
 func (a *App) maintain(ctx context.Context) {
-	defer close(a.stopped)
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {

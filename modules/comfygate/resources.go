@@ -10,11 +10,14 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/bus"
 	"github.com/comfygate/comfygate/storage/embedded"
 	"github.com/comfygate/comfygate/storage/memclaim"
 	"github.com/comfygate/comfygate/storage/postgres"
+	"github.com/comfygate/comfygate/storage/redisbus"
 	"github.com/comfygate/comfygate/storage/redisclaim"
 )
 
@@ -35,11 +38,13 @@ type resources struct {
 	cfg    resourceConfig
 	logger *zap.Logger
 
-	once    sync.Once
-	openErr error
-	store   storage.Store
-	claims  storage.ClaimStore
-	blobs   *blob.FileSystem
+	once      sync.Once
+	openErr   error
+	store     storage.Store
+	claims    storage.ClaimStore
+	blobs     *blob.FileSystem
+	bus       bus.Bus
+	extraData *jobs.ExtraDataCache
 }
 
 func newResources(cfg resourceConfig, logger *zap.Logger) *resources {
@@ -91,20 +96,39 @@ func (r *resources) doOpen(ctx context.Context) (err error) {
 	if err := r.store.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrating storage: %w", err)
 	}
-	if r.cfg.Redis != "" {
-		c, err := redisclaim.New(r.cfg.Redis, "comfygate:")
-		if err != nil {
-			return fmt.Errorf("configuring redis: %w", err)
-		}
-		r.claims = c
-	} else {
+	r.extraData = jobs.NewExtraDataCache(extraDataTTL)
+	if r.cfg.Redis == "" {
 		r.claims = memclaim.New()
+		r.bus = bus.NewHub()
+		return nil
+	}
+	c, err := redisclaim.New(r.cfg.Redis, redisPrefix)
+	if err != nil {
+		return fmt.Errorf("configuring redis: %w", err)
+	}
+	r.claims = c
+	b, err := redisbus.New(r.cfg.Redis, redisPrefix)
+	if err != nil {
+		return fmt.Errorf("configuring redis: %w", err)
+	}
+	r.bus = b
+	if err := b.Start(ctx); err != nil {
+		return err
 	}
 	return nil
 }
 
+// redisPrefix namespaces every key and channel comfygate uses in Redis.
+const redisPrefix = "comfygate:"
+
+// extraDataTTL bounds how long a job's extra_data is held in memory.
+const extraDataTTL = 24 * time.Hour
+
 func (r *resources) closeAll() error {
 	var errs []error
+	if r.bus != nil {
+		errs = append(errs, r.bus.Close())
+	}
 	if r.claims != nil {
 		errs = append(errs, r.claims.Close())
 	}

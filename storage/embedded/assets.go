@@ -24,6 +24,21 @@ const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
 // storage.ErrDuplicate before publish is called, so a refused create makes no
 // bytes present.
 func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+	var created storage.Created
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		created, err = createAssetTx(ctx, tx, a, publish)
+		return err
+	})
+	if err != nil {
+		return storage.Created{}, err
+	}
+	return created, nil
+}
+
+// createAssetTx is CreateAsset inside the caller's write transaction (which
+// AddOutput shares with the job output row).
+func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
 	if a.ID == "" || a.AccountID == "" || a.Hash == "" {
 		return storage.Created{}, errors.New("embedded: CreateAsset needs ID, AccountID and Hash")
 	}
@@ -49,44 +64,38 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 		CreatedAt: now(), ExpiresAt: expires,
 	}}
 
-	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		var dup bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE id = ?)
-			OR EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND idempotency_key = ?)`,
-			a.ID, a.AccountID, nullString(a.IdempotencyKey)).Scan(&dup); err != nil {
-			return fmt.Errorf("embedded: check duplicate: %w", err)
-		}
-		if dup {
-			return storage.ErrDuplicate
-		}
-		if err := tx.QueryRowContext(ctx,
-			`SELECT EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND hash = ?)`,
-			a.AccountID, a.Hash).Scan(&created.AccountHadBlob); err != nil {
-			return fmt.Errorf("embedded: check account blob: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO blobs (hash, size, refs) VALUES (?, ?, 1)
-			ON CONFLICT (hash) DO UPDATE SET refs = refs + 1`, a.Hash, a.SizeBytes); err != nil {
-			return fmt.Errorf("embedded: reference blob: %w", err)
-		}
-		if err := publish(a.Hash); err != nil {
-			return fmt.Errorf("embedded: publish blob: %w", err)
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO assets
-			(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, string(tagsJSON),
-			nullString(a.JobID), formatTime(created.Asset.CreatedAt), nullTime(expires),
-			nullString(a.IdempotencyKey))
-		if isUniqueViolation(err) {
-			return fmt.Errorf("embedded: insert asset: %w", storage.ErrDuplicate)
-		}
-		if err != nil {
-			return fmt.Errorf("embedded: insert asset: %w", err)
-		}
-		return nil
-	})
+	var dup bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE id = ?)
+		OR EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND idempotency_key = ?)`,
+		a.ID, a.AccountID, nullString(a.IdempotencyKey)).Scan(&dup); err != nil {
+		return storage.Created{}, fmt.Errorf("embedded: check duplicate: %w", err)
+	}
+	if dup {
+		return storage.Created{}, storage.ErrDuplicate
+	}
+	if err := tx.QueryRowContext(ctx,
+		`SELECT EXISTS (SELECT 1 FROM assets WHERE account_id = ? AND hash = ?)`,
+		a.AccountID, a.Hash).Scan(&created.AccountHadBlob); err != nil {
+		return storage.Created{}, fmt.Errorf("embedded: check account blob: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO blobs (hash, size, refs) VALUES (?, ?, 1)
+		ON CONFLICT (hash) DO UPDATE SET refs = refs + 1`, a.Hash, a.SizeBytes); err != nil {
+		return storage.Created{}, fmt.Errorf("embedded: reference blob: %w", err)
+	}
+	if err := publish(a.Hash); err != nil {
+		return storage.Created{}, fmt.Errorf("embedded: publish blob: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO assets
+		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, string(tagsJSON),
+		nullString(a.JobID), formatTime(created.Asset.CreatedAt), nullTime(expires),
+		nullString(a.IdempotencyKey))
+	if isUniqueViolation(err) {
+		return storage.Created{}, fmt.Errorf("embedded: insert asset: %w", storage.ErrDuplicate)
+	}
 	if err != nil {
-		return storage.Created{}, err
+		return storage.Created{}, fmt.Errorf("embedded: insert asset: %w", err)
 	}
 	return created, nil
 }
@@ -129,9 +138,13 @@ func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64,
 // DeleteAsset deletes the account's asset and drops its blob reference in
 // one write transaction; when that was the last reference, the blob row is
 // deleted and remove is called before commit. If remove fails, nothing is
-// deleted.
+// deleted. An output of a job that has not expired is refused with
+// storage.ErrInUse.
 func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
 	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		if err := releaseOutputRows(ctx, tx, accountID, id); err != nil {
+			return err
+		}
 		var hash string
 		err := tx.QueryRowContext(ctx,
 			`DELETE FROM assets WHERE id = ? AND account_id = ? RETURNING hash`, id, accountID).Scan(&hash)
@@ -153,8 +166,10 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 		return 0, nil
 	}
 	cutoff := formatTime(now)
+	// Outputs of jobs that have not expired are kept until their job expires.
 	rows, err := s.read.QueryContext(ctx, `SELECT id FROM assets
-		WHERE expires_at IS NOT NULL AND expires_at < ? ORDER BY expires_at LIMIT ?`, cutoff, limit)
+		WHERE expires_at IS NOT NULL AND expires_at < ? AND NOT `+assetHeldByJob+`
+		ORDER BY expires_at LIMIT ?`, cutoff, cutoff, limit)
 	if err != nil {
 		return 0, fmt.Errorf("embedded: list expired assets: %w", err)
 	}
@@ -176,13 +191,21 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 		var gone bool
 		err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 			var hash string
-			// Re-check expiry: the asset may have been deleted meanwhile.
-			err := tx.QueryRowContext(ctx, `DELETE FROM assets
-				WHERE id = ? AND expires_at IS NOT NULL AND expires_at < ? RETURNING hash`, id, cutoff).Scan(&hash)
+			// Re-check: the asset may have been deleted meanwhile.
+			err := tx.QueryRowContext(ctx, `SELECT hash FROM assets
+				WHERE id = ? AND expires_at IS NOT NULL AND expires_at < ? AND NOT `+assetHeldByJob,
+				id, cutoff, cutoff).Scan(&hash)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil
 			}
 			if err != nil {
+				return fmt.Errorf("embedded: delete expired asset: %w", err)
+			}
+			// Only output rows of expired jobs can remain; they go with the asset.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM job_outputs WHERE asset_id = ?`, id); err != nil {
+				return fmt.Errorf("embedded: delete expired asset outputs: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM assets WHERE id = ?`, id); err != nil {
 				return fmt.Errorf("embedded: delete expired asset: %w", err)
 			}
 			gone = true
@@ -234,15 +257,20 @@ func (s *Store) queryAsset(ctx context.Context, query string, args ...any) (stor
 	return a, nil
 }
 
-// scanAsset reads one row in assetColumns order.
-func scanAsset(row *sql.Row) (storage.Asset, error) {
+// scanner is what *sql.Row and *sql.Rows have in common.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanAsset reads one row in assetColumns order; lead receives the columns
+// a query selects before them (a job output's node, name and type).
+func scanAsset(row scanner, lead ...any) (storage.Asset, error) {
 	var (
 		a                storage.Asset
 		tags, createdAt  string
 		jobID, expiresAt sql.NullString
 	)
-	if err := row.Scan(&a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&tags, &jobID, &createdAt, &expiresAt); err != nil {
+	dest := append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
+		&tags, &jobID, &createdAt, &expiresAt)
+	if err := row.Scan(dest...); err != nil {
 		return storage.Asset{}, err
 	}
 	if err := json.Unmarshal([]byte(tags), &a.Tags); err != nil {

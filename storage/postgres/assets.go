@@ -16,11 +16,12 @@ import (
 const assetColumns = `id::text, account_id, hash, size_bytes, content_type, file_path,
 	tags, coalesce(job_id::text, ''), created_at, expires_at`
 
-// scanAsset reads one row selected with assetColumns.
-func scanAsset(row pgx.Row) (storage.Asset, error) {
+// scanAsset reads one row selected with assetColumns; lead receives the
+// columns a query selects before them (a job output's node, name and type).
+func scanAsset(row pgx.Row, lead ...any) (storage.Asset, error) {
 	var a storage.Asset
-	err := row.Scan(&a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt)
+	err := row.Scan(append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
+		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt)...)
 	if err != nil {
 		return storage.Asset{}, err
 	}
@@ -152,7 +153,8 @@ func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64,
 // DeleteAsset deletes the account's asset and drops its blob reference in
 // one transaction. When the reference was the last, the blob row is deleted
 // and remove runs before commit, with the row still locked; if remove fails
-// the asset stays.
+// the asset stays. An output of a job that has not expired is refused with
+// storage.ErrInUse; output rows of expired jobs go with the asset.
 func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
 	if !isUUID(id) {
 		return fmt.Errorf("postgres: delete asset: %w", storage.ErrNotFound)
@@ -163,6 +165,9 @@ func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove st
 	}
 	defer rollback(ctx, tx)
 
+	if err := releaseOutputRows(ctx, tx, accountID, id); err != nil {
+		return err
+	}
 	var hash string
 	err = tx.QueryRow(ctx, `DELETE FROM assets WHERE id = $1 AND account_id = $2 RETURNING hash`,
 		id, accountID).Scan(&hash)
@@ -217,8 +222,10 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	}
 	defer rollback(ctx, tx)
 
+	// Outputs of jobs that have not expired are kept until their job expires.
 	rows, err := tx.Query(ctx, `SELECT id::text, hash FROM assets
-		WHERE expires_at < $1 ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		WHERE expires_at < $1 AND NOT `+assetHeldByJob("$1")+`
+		ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	if err != nil {
 		return 0, mapErr("delete expired: select", err)
 	}
@@ -269,6 +276,11 @@ func reapBlob(ctx context.Context, tx pgx.Tx, hash string, ids []string, remove 
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("savepoint: %w", err)
+	}
+	// Only output rows of expired jobs can name these assets; they go too.
+	if _, err := sp.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = ANY($1::uuid[])`, ids); err != nil {
+		_ = sp.Rollback(ctx)
+		return 0, fmt.Errorf("delete outputs over %s: %w", hash, err)
 	}
 	tag, err := sp.Exec(ctx, `DELETE FROM assets WHERE id = ANY($1::uuid[])`, ids)
 	if err != nil {

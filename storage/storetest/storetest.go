@@ -50,19 +50,26 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"APIKeys", apiKeyCases},
 		{"Migrate", migrateCases},
 	}
+	groups = append(groups, jobGroups...)
 	for _, g := range groups {
-		t.Run(g.name, func(t *testing.T) {
-			for _, c := range g.cases {
-				t.Run(c.name, func(t *testing.T) {
-					st := open(t)
-					if st == nil {
-						t.Fatal("open returned a nil store")
-					}
-					c.run(t, st)
-				})
-			}
-		})
+		runGroup(t, g.name, g.cases, open)
 	}
+}
+
+// runGroup runs cases as subtests of name, each on a fresh store.
+func runGroup(t *testing.T, name string, cases []storeCase, open func(t *testing.T) storage.Store) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				st := open(t)
+				if st == nil {
+					t.Fatal("open returned a nil store")
+				}
+				c.run(t, st)
+			})
+		}
+	})
 }
 
 // storeCase is one subtest of RunStore: it receives a fresh store.

@@ -59,6 +59,7 @@ http://:{PORT} {
 		` + auth + `
 		idempotency
 		comfy_assets
+		comfy_jobs
 		error "not found" 404
 	}
 }

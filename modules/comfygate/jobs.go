@@ -1,0 +1,131 @@
+package comfygate
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/modules/workflow"
+)
+
+// JobsConfig configures job submission and execution.
+type JobsConfig struct {
+	// Concurrency is how many jobs the built-in pool runs at once in this
+	// process. Default 2.
+	Concurrency int `json:"concurrency,omitempty"`
+	// MaxQueued bounds the queue; over it submissions get 429 queue_full.
+	// Default 1000.
+	MaxQueued int `json:"max_queued,omitempty"`
+	// Retention is how long a job and its outputs are kept. Default 24h.
+	Retention caddy.Duration `json:"retention,omitempty"`
+	// RunningBound expires a job that runs longer than this. Default 2h.
+	RunningBound caddy.Duration `json:"running_bound,omitempty"`
+	// Lease is how long a claimed job survives without a heartbeat: the time
+	// after which a job of a dead process is reclaimed. Default 30s.
+	Lease caddy.Duration `json:"lease,omitempty"`
+	// MaxAttempts is how many times a job is tried before it fails with
+	// worker_lost. Default 3.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// MaxStreams bounds the event streams one account may hold open in this
+	// process. Default 16.
+	MaxStreams int `json:"max_streams,omitempty"`
+	// NoExecute makes this process serve the API only: it queues, streams
+	// and cancels jobs but runs none (other processes on the same storage do).
+	NoExecute bool `json:"no_execute,omitempty"`
+}
+
+// builtinPool is the name of the pool of the built-in executor.
+const builtinPool = "builtin"
+
+func (c *JobsConfig) applyDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = 2
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = 1000
+	}
+	if c.Retention == 0 {
+		c.Retention = caddy.Duration(24 * time.Hour)
+	}
+	if c.RunningBound == 0 {
+		c.RunningBound = caddy.Duration(2 * time.Hour)
+	}
+	if c.Lease == 0 {
+		c.Lease = caddy.Duration(30 * time.Second)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 16
+	}
+}
+
+func (c *JobsConfig) validate() error {
+	switch {
+	case c.Concurrency < 1, c.MaxQueued < 1, c.MaxAttempts < 1, c.MaxStreams < 1:
+		return fmt.Errorf("comfygate: jobs concurrency, max_queued, max_attempts and max_streams must be positive")
+	case c.Lease < caddy.Duration(time.Second):
+		return fmt.Errorf("comfygate: jobs lease must be at least 1s")
+	case c.Retention <= 0, c.RunningBound <= 0:
+		return fmt.Errorf("comfygate: jobs retention and running_bound must be positive")
+	}
+	return nil
+}
+
+// Jobs returns the jobs service. Valid after Ready.
+func (a *App) Jobs() *jobs.Service {
+	return &jobs.Service{
+		Store:     a.res.store,
+		Blobs:     a.res.blobs,
+		Bus:       a.res.bus,
+		Catalog:   a.builtin.Catalog,
+		ExtraData: a.res.extraData,
+		Config: jobs.Config{
+			Pool:      builtinPool,
+			MaxQueued: a.JobsConfig.MaxQueued,
+			Retention: time.Duration(a.JobsConfig.Retention),
+			Limits:    workflow.DefaultLimits(),
+		},
+	}
+}
+
+// MaxStreams is the per-account bound on open event streams.
+func (a *App) MaxStreams() int { return a.JobsConfig.MaxStreams }
+
+// Stopping is closed when this configuration starts to stop, so that
+// long-lived responses (event streams) end instead of holding up a reload.
+func (a *App) Stopping() <-chan struct{} { return a.stopping }
+
+// startDispatcher runs the built-in pool's dispatcher until ctx ends.
+func (a *App) startDispatcher(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	host, _ := os.Hostname()
+	d := &jobs.Dispatcher{
+		Store:     a.res.store,
+		Blobs:     a.res.blobs,
+		Bus:       a.res.bus,
+		Exec:      a.builtin,
+		ExtraData: a.res.extraData,
+		Config: jobs.DispatcherConfig{
+			Pool:         builtinPool,
+			Concurrency:  a.JobsConfig.Concurrency,
+			Lease:        time.Duration(a.JobsConfig.Lease),
+			MaxAttempts:  a.JobsConfig.MaxAttempts,
+			RunningBound: time.Duration(a.JobsConfig.RunningBound),
+			PollInterval: time.Second,
+		},
+		Owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
+		Logger: a.logger.Named("dispatcher"),
+	}
+	go func() {
+		defer close(done)
+		d.Run(ctx)
+	}()
+	return done
+}

@@ -1,0 +1,240 @@
+// Package comfyjobs is the comfy_jobs handler: the /api/v2/jobs routes
+// (submit, list, get, workflow, cancel) and the job event stream. It parses
+// requests, calls the jobs service and renders its results; errors go back
+// to error_envelope.
+package comfyjobs
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/modules/principal"
+	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/storage"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// List paging bounds.
+const (
+	defaultListLimit = 20
+	maxListLimit     = 100
+)
+
+// Handler serves /api/v2/jobs.
+type Handler struct {
+	app     *comfygate.App
+	streams *streamLimiter
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.comfy_jobs",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision reaches the app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	app, err := ctx.App("comfygate")
+	if err != nil {
+		return fmt.Errorf("comfy_jobs: %w", err)
+	}
+	h.app = app.(*comfygate.App)
+	h.streams = newStreamLimiter(h.app.MaxStreams())
+	return nil
+}
+
+// ServeHTTP routes a jobs request. Paths outside /api/v2/jobs pass to next.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	_, rest, ok := httpx.Route(r.URL.Path)
+	if !ok || (rest != "jobs" && !strings.HasPrefix(rest, "jobs/")) {
+		return next.ServeHTTP(w, r)
+	}
+	p, ok := principal.From(r.Context())
+	if !ok {
+		return apierr.Upstream(errors.New("comfy_jobs: no principal; put comfy_auth before comfy_jobs"))
+	}
+	if err := h.app.Ready(); err != nil {
+		return apierr.Upstream(err)
+	}
+	svc := h.app.Jobs()
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 1:
+		switch r.Method {
+		case http.MethodPost:
+			return h.submit(w, r, svc, p)
+		case http.MethodGet:
+			return h.list(w, r, svc, p)
+		}
+		return httpx.MethodNotAllowed(http.MethodGet, http.MethodPost)
+	case len(parts) == 2:
+		if r.Method != http.MethodGet {
+			return httpx.MethodNotAllowed(http.MethodGet)
+		}
+		return h.get(w, r, svc, p, parts[1])
+	case len(parts) == 3 && parts[2] == "workflow":
+		if r.Method != http.MethodGet {
+			return httpx.MethodNotAllowed(http.MethodGet)
+		}
+		j, err := svc.Get(r.Context(), p.AccountID, parts[1])
+		if err != nil {
+			return err
+		}
+		return httpx.WriteJSON(w, http.StatusOK, map[string]any{"workflow": json.RawMessage(j.Workflow), "format": "api"})
+	case len(parts) == 3 && parts[2] == "cancel":
+		if r.Method != http.MethodPost {
+			return httpx.MethodNotAllowed(http.MethodPost)
+		}
+		j, err := svc.Cancel(r.Context(), p.AccountID, parts[1])
+		if err != nil {
+			return err
+		}
+		return h.writeJob(w, r, svc, http.StatusOK, j)
+	case len(parts) == 3 && parts[2] == "events":
+		if r.Method != http.MethodGet {
+			return httpx.MethodNotAllowed(http.MethodGet)
+		}
+		return h.events(w, r, svc, p, parts[1])
+	}
+	return apierr.NotFound("no such route")
+}
+
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal) error {
+	limit := svc.Config.Limits.MaxBodyBytes
+	if limit <= 0 {
+		limit = workflow.DefaultLimits().MaxBodyBytes
+	}
+	if r.ContentLength > limit {
+		return apierr.PayloadTooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apierr.PayloadTooLarge(limit)
+		}
+		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+	}
+	j, err := svc.Submit(r.Context(), p.AccountID, body)
+	if err != nil {
+		return err
+	}
+	return h.writeJob(w, r, svc, http.StatusCreated, j)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, id string) error {
+	j, err := svc.Get(r.Context(), p.AccountID, id)
+	if err != nil {
+		return err
+	}
+	return h.writeJob(w, r, svc, http.StatusOK, j)
+}
+
+func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, svc *jobs.Service, status int, j storage.Job) error {
+	pos, err := svc.QueuePosition(r.Context(), j)
+	if err != nil {
+		return err
+	}
+	return httpx.WriteJSON(w, status, jobView(j, pos, httpx.LinksFor(r), time.Now()))
+}
+
+var knownStatuses = []string{storage.JobQueued, storage.JobRunning, storage.JobSucceeded,
+	storage.JobCanceling, storage.JobCanceled, storage.JobFailed, storage.JobExpired}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return apierr.InvalidRequest("the query string is malformed")
+	}
+	query := storage.JobQuery{Limit: defaultListLimit}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			return apierr.InvalidRequest(fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit))
+		}
+		query.Limit = n
+	}
+	if v := q.Get("status"); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			if !slices.Contains(knownStatuses, s) {
+				return apierr.InvalidRequest(fmt.Sprintf("unknown status %q", s))
+			}
+			query.Statuses = append(query.Statuses, s)
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		c, err := decodeCursor(v)
+		if err != nil {
+			return apierr.InvalidRequest("cursor is not one this server issued")
+		}
+		query.Before = &c
+	}
+	// One extra row tells whether another page exists.
+	query.Limit++
+	list, err := svc.List(r.Context(), p.AccountID, query)
+	if err != nil {
+		return err
+	}
+	links, now := httpx.LinksFor(r), time.Now()
+	body := map[string]any{}
+	if len(list) == query.Limit {
+		list = list[:len(list)-1]
+		last := list[len(list)-1]
+		body["next_cursor"] = encodeCursor(storage.JobCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	views := make([]jobJSON, 0, len(list))
+	for _, j := range list {
+		views = append(views, jobView(j, nil, links, now))
+	}
+	body["jobs"] = views
+	return httpx.WriteJSON(w, http.StatusOK, body)
+}
+
+// The list cursor is the last job's creation time and id; it only selects
+// the caller's own jobs, so it needs no signature.
+func encodeCursor(c storage.JobCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.ID))
+}
+
+func decodeCursor(s string) (storage.JobCursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return storage.JobCursor{}, err
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok {
+		return storage.JobCursor{}, errors.New("malformed cursor")
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return storage.JobCursor{}, err
+	}
+	return storage.JobCursor{CreatedAt: t, ID: id}, nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

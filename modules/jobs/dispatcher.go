@@ -1,0 +1,330 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/bus"
+)
+
+// DispatcherConfig bounds a dispatcher.
+type DispatcherConfig struct {
+	// Pool is the pool whose queue this dispatcher drains.
+	Pool string
+	// Concurrency is how many jobs run at once in this process.
+	Concurrency int
+	// Lease is how long a claim lasts without a heartbeat; a process that
+	// dies loses its jobs to another within this time.
+	Lease time.Duration
+	// MaxAttempts is how many times a job is tried before it fails with worker_lost.
+	MaxAttempts int
+	// RunningBound expires a job that has been running longer than this.
+	RunningBound time.Duration
+	// PollInterval is the fallback poll of the queue when no wake-up arrives.
+	PollInterval time.Duration
+}
+
+// progressInterval throttles progress snapshots within one node.
+const progressInterval = 250 * time.Millisecond
+
+var (
+	errCanceled  = errors.New("jobs: canceled")
+	errLeaseLost = errors.New("jobs: lease lost")
+)
+
+// Dispatcher claims a pool's queued jobs and runs them on its executor.
+type Dispatcher struct {
+	Store     Store
+	Blobs     *blob.FileSystem
+	Bus       bus.Bus
+	Exec      Executor
+	ExtraData *ExtraDataCache
+	Config    DispatcherConfig
+	// Owner names this process in leases.
+	Owner  string
+	Logger *zap.Logger
+
+	wake chan struct{}
+}
+
+// Run drains the queue until ctx ends, then waits for its runs to return.
+// A run interrupted by shutdown is left to its lease: another process (or
+// this one after a restart) reclaims it.
+func (d *Dispatcher) Run(ctx context.Context) {
+	d.wake = make(chan struct{}, 1)
+	queued := d.Bus.SubscribeQueued()
+	defer queued.Cancel()
+	var wg sync.WaitGroup
+	for range d.Config.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.work(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.reap(ctx)
+	}()
+	poll := time.NewTicker(d.Config.PollInterval)
+	defer poll.Stop()
+	d.kick()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case e := <-queued.C:
+			if e.Pool == d.Config.Pool {
+				d.kick()
+			}
+		case <-poll.C:
+			d.kick()
+		}
+	}
+}
+
+// kick wakes one idle worker; a worker that finds a job kicks the next.
+func (d *Dispatcher) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		}
+		for ctx.Err() == nil {
+			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, d.Blobs.Remove)
+			if errors.Is(err, storage.ErrNotFound) {
+				break
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					d.Logger.Error("claiming a job", zap.String("pool", d.Config.Pool), zap.Error(err))
+				}
+				break
+			}
+			d.kick() // there may be more; let another worker look
+			d.runJob(ctx, job)
+		}
+	}
+}
+
+// runJob runs one attempt and records how it ended.
+func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
+	log := d.Logger.With(zap.String("job_id", job.ID), zap.Int("attempt", job.Attempt))
+	publishStatus(parent, d.Bus, job)
+	runCtx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+
+	watch := d.Bus.Subscribe(job.ID)
+	defer watch.Cancel()
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		d.keepLease(runCtx, job, watch, cancel, log)
+	}()
+
+	var graph workflow.Graph
+	err := json.Unmarshal(job.Workflow, &graph)
+	if err == nil {
+		err = d.Exec.Execute(runCtx, d.newRun(runCtx, job, graph, cancel))
+	}
+	cancel(nil)
+	<-hbDone
+	cause := context.Cause(runCtx)
+	var status string
+	var jobErr json.RawMessage
+	var ne *NodeError
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		log.Warn("attempt lost its lease; abandoning it")
+		return
+	case parent.Err() != nil:
+		return // shutting down: the lease hands the job on
+	case errors.Is(cause, errCanceled):
+		status = storage.JobCanceled
+	case err == nil:
+		status = storage.JobSucceeded
+	case errors.As(err, &ne):
+		status, jobErr = storage.JobFailed, ne.JSON()
+	default:
+		log.Error("executing a job", zap.Error(err))
+		status, jobErr = storage.JobFailed, ErrorJSON("execution_failed", "the job could not be executed")
+	}
+	done, err := d.Store.FinishJob(context.WithoutCancel(parent), job.ID, job.Attempt, status, jobErr)
+	if errors.Is(err, storage.ErrLeaseLost) {
+		log.Warn("attempt finished after losing its lease")
+		return
+	}
+	if err != nil {
+		log.Error("recording the end of a job", zap.String("status", status), zap.Error(err))
+		return
+	}
+	d.ExtraData.Delete(job.ID)
+	publishStatus(parent, d.Bus, done)
+}
+
+// keepLease renews the attempt's lease until ctx ends, and cancels the run
+// when the job is canceled or the lease is lost.
+func (d *Dispatcher) keepLease(ctx context.Context, job storage.Job, watch *bus.Subscription, cancel context.CancelCauseFunc, log *zap.Logger) {
+	t := time.NewTicker(d.Config.Lease / 3)
+	defer t.Stop()
+	renew := func() {
+		status, err := d.Store.RenewLease(ctx, job.ID, job.Attempt, d.Config.Lease)
+		switch {
+		case errors.Is(err, storage.ErrLeaseLost):
+			cancel(errLeaseLost)
+		case err != nil:
+			if ctx.Err() == nil {
+				log.Warn("renewing a lease", zap.Error(err))
+			}
+		case status == storage.JobCanceling:
+			cancel(errCanceled)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			renew()
+		case e := <-watch.C:
+			if e.Kind == "status" {
+				renew() // a cancel request is seen at once, not at the next tick
+			}
+		}
+	}
+}
+
+// newRun binds an attempt's callbacks.
+func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow.Graph, cancel context.CancelCauseFunc) *Run {
+	var lastProgress time.Time
+	lastDone := -1
+	return &Run{
+		Job:       job,
+		Graph:     graph,
+		ExtraData: d.ExtraData.Get(job.ID),
+		OpenAsset: func(ctx context.Context, assetID, fileName string) (storage.Asset, io.ReadCloser, error) {
+			a, err := lookupRef(ctx, d.Store, job.AccountID, assetID, fileName)
+			if err != nil {
+				return a, nil, err
+			}
+			f, _, err := d.Blobs.Open(a.Hash)
+			return a, f, err
+		},
+		Progress: func(ctx context.Context, p Progress) {
+			now := time.Now()
+			if p.NodesDone == lastDone && now.Sub(lastProgress) < progressInterval {
+				return
+			}
+			lastProgress, lastDone = now, p.NodesDone
+			data, _ := json.Marshal(p)
+			if err := d.Store.SetProgress(ctx, job.ID, job.Attempt, data); errors.Is(err, storage.ErrLeaseLost) {
+				cancel(errLeaseLost)
+				return
+			}
+			_ = d.Bus.Publish(ctx, bus.Event{JobID: job.ID, Kind: "progress", Data: data})
+		},
+		Preview: func(nodeID, contentType string, data []byte) {
+			payload, _ := json.Marshal(map[string]any{"node_id": nodeID, "content_type": contentType, "data_base64": data})
+			_ = d.Bus.Publish(ctx, bus.Event{JobID: job.ID, Kind: "preview", Data: payload})
+		},
+		Output: func(ctx context.Context, f OutputFile) error {
+			out, err := d.commitOutput(ctx, job, f)
+			if errors.Is(err, storage.ErrLeaseLost) {
+				cancel(errLeaseLost)
+			}
+			if err != nil {
+				return err
+			}
+			data, _ := json.Marshal(out)
+			_ = d.Bus.Publish(ctx, bus.Event{JobID: job.ID, Kind: "output", Data: data})
+			return nil
+		},
+	}
+}
+
+// commitOutput stores an output's bytes and records it as the job's asset.
+func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f OutputFile) (storage.Output, error) {
+	rc, err := f.Open(ctx)
+	if err != nil {
+		return storage.Output{}, fmt.Errorf("opening output %s: %w", f.Name, err)
+	}
+	defer rc.Close()
+	up, err := d.Blobs.NewUpload()
+	if err != nil {
+		return storage.Output{}, err
+	}
+	defer up.Abort()
+	if _, err := up.ReadFrom(rc); err != nil {
+		return storage.Output{}, fmt.Errorf("storing output %s: %w", f.Name, err)
+	}
+	hash, size, err := up.Finish()
+	if err != nil {
+		return storage.Output{}, err
+	}
+	return d.Store.AddOutput(ctx, job.ID, job.Attempt, storage.NewOutput{
+		NodeID: f.NodeID,
+		Name:   f.Name,
+		Type:   f.Type,
+		Asset: storage.NewAsset{
+			ID:          uuid.NewString(),
+			Hash:        hash,
+			SizeBytes:   size,
+			ContentType: f.ContentType,
+			FilePath:    path.Join(f.Subfolder, f.Name),
+		},
+	}, func(string) error { return up.Publish() })
+}
+
+// reap hands on jobs whose attempts died and expires overdue ones.
+func (d *Dispatcher) reap(ctx context.Context) {
+	t := time.NewTicker(d.Config.Lease / 2)
+	defer t.Stop()
+	lost := ErrorJSON("worker_lost", "the worker running this job stopped answering and the job ran out of attempts")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		changed, err := d.Store.ReclaimExpired(ctx, now, d.Config.MaxAttempts, lost)
+		if err != nil && ctx.Err() == nil {
+			d.Logger.Error("reclaiming expired leases", zap.Error(err))
+		}
+		for _, j := range changed {
+			publishStatus(ctx, d.Bus, j)
+			if j.Status == storage.JobQueued {
+				_ = d.Bus.Publish(ctx, bus.Event{JobID: j.ID, Kind: "queued", Pool: j.Pool})
+			}
+		}
+		expired, err := d.Store.ExpireJobs(ctx, now, now.Add(-d.Config.RunningBound), 100)
+		if err != nil && ctx.Err() == nil {
+			d.Logger.Error("expiring jobs", zap.Error(err))
+		}
+		for _, j := range expired {
+			publishStatus(ctx, d.Bus, j)
+		}
+	}
+}

@@ -1,0 +1,243 @@
+// Package jobs is the domain service behind /api/v2/jobs: synchronous
+// validation and durable submission, lookup, listing and cancellation, and
+// the dispatcher that claims queued jobs with leases and runs them on an
+// executor (the built-in one, or a ComfyUI pool). It knows nothing of Caddy.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/idem"
+	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/bus"
+)
+
+// Store is what the jobs service needs from storage.
+type Store interface {
+	storage.AssetStore
+	storage.JobStore
+}
+
+// Config holds the service's bounds.
+type Config struct {
+	// Pool is the pool new jobs are submitted to.
+	Pool string
+	// MaxQueued bounds the pool's queue; over it submit is 429 queue_full.
+	MaxQueued int
+	// Retention is how long a job is kept after submission.
+	Retention time.Duration
+	// Limits bound a submitted body and graph.
+	Limits workflow.Limits
+}
+
+// QueueFullRetryAfter is the Retry-After of a queue_full refusal, in seconds.
+const QueueFullRetryAfter = 2
+
+// Service is the jobs domain service.
+type Service struct {
+	Store Store
+	Blobs *blob.FileSystem
+	Bus   bus.Bus
+	// Catalog returns the node catalog of the pool jobs go to.
+	Catalog func(ctx context.Context) (workflow.Catalog, error)
+	// ExtraData keeps each job's extra_data in memory until its first
+	// attempt starts; it is never written to storage.
+	ExtraData *ExtraDataCache
+	Config    Config
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Submit validates body and records a queued job for account. Validation
+// failures claim nothing; the idempotency key is taken only just before the
+// job is written.
+func (s *Service) Submit(ctx context.Context, account string, body []byte) (storage.Job, error) {
+	sub, err := workflow.ParseSubmit(body, s.Config.Limits)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	cat, err := s.Catalog(ctx)
+	if err != nil {
+		return storage.Job{}, apierr.Upstream(fmt.Errorf("loading the node catalog: %w", err))
+	}
+	resolved, err := s.resolveAssets(ctx, account, sub.Workflow, cat)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	if err := workflow.Validate(sub.Workflow, cat, workflow.WithResolvedInputs(resolved)); err != nil {
+		return storage.Job{}, err
+	}
+	if err := idem.Reach(ctx); err != nil {
+		return storage.Job{}, err
+	}
+	job, err := s.Store.CreateJob(ctx, storage.NewJob{
+		ID:             uuid.NewString(),
+		AccountID:      account,
+		Pool:           s.Config.Pool,
+		Workflow:       sub.RawWorkflow,
+		ExpiresAt:      s.now().Add(s.Config.Retention).UTC(),
+		IdempotencyKey: idem.KeyOf(ctx),
+		MaxQueued:      s.Config.MaxQueued,
+	})
+	switch {
+	case errors.Is(err, storage.ErrQueueFull):
+		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
+			"the queue is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)
+	case errors.Is(err, storage.ErrDuplicate):
+		return storage.Job{}, apierr.IdempotencyKeyReuse()
+	case err != nil:
+		return storage.Job{}, apierr.Upstream(err)
+	}
+	if len(sub.ExtraData) > 0 && s.ExtraData != nil {
+		s.ExtraData.Put(job.ID, sub.ExtraData)
+	}
+	// The job is durable; a lost wake-up only delays it until the next poll.
+	_ = s.Bus.Publish(context.WithoutCancel(ctx), bus.Event{JobID: job.ID, Kind: "queued", Pool: job.Pool})
+	return job, nil
+}
+
+// resolveAssets checks every asset reference against the caller's assets
+// and returns the inputs that hold one.
+func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.Graph, cat workflow.Catalog) (map[workflow.InputKey]bool, error) {
+	refs, err := workflow.AssetRefs(g, cat)
+	if err != nil {
+		return nil, err
+	}
+	resolved := map[workflow.InputKey]bool{}
+	var missing []string
+	nodeErrors := map[string][]map[string]string{}
+	for _, ref := range refs {
+		key := workflow.InputKey{Node: ref.Node, Input: ref.Input}
+		_, err := lookupRef(ctx, s.Store, account, ref.AssetID, ref.FileName)
+		switch {
+		case err == nil:
+			resolved[key] = true
+			continue
+		case !errors.Is(err, storage.ErrNotFound):
+			return nil, apierr.Upstream(err)
+		}
+		if !ref.IsObject() {
+			if !ref.Upload {
+				continue // an ordinary combo value, for Validate to judge
+			}
+			if spec, _, ok := cat[g[ref.Node].ClassType].Input(ref.Input); ok && spec.HasChoice(ref.FileName) {
+				continue
+			}
+		}
+		name := ref.AssetID
+		if name == "" {
+			name = ref.FileName
+		}
+		missing = append(missing, name)
+		nodeErrors[ref.Node] = append(nodeErrors[ref.Node], map[string]string{
+			"field": ref.Input, "reason": "missing_asset",
+			"message": fmt.Sprintf("%q is not one of your assets", name),
+		})
+	}
+	if len(missing) > 0 {
+		return nil, apierr.New(http.StatusUnprocessableEntity, "missing_asset",
+			"the workflow references assets that do not exist or are not yours").
+			WithDetails(map[string]any{"missing": missing, "node_errors": nodeErrors})
+	}
+	return resolved, nil
+}
+
+// lookupRef finds the caller's asset by id (a core/ASSET object) or by
+// file path (a plain file name).
+func lookupRef(ctx context.Context, st storage.AssetStore, account, assetID, fileName string) (storage.Asset, error) {
+	if assetID != "" {
+		if _, err := uuid.Parse(assetID); err != nil {
+			return storage.Asset{}, storage.ErrNotFound
+		}
+		return st.GetAsset(ctx, account, assetID)
+	}
+	return st.FindAssetByPath(ctx, account, fileName)
+}
+
+// Get returns the account's job.
+func (s *Service) Get(ctx context.Context, account, id string) (storage.Job, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return storage.Job{}, jobNotFound()
+	}
+	j, err := s.Store.GetJob(ctx, account, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return storage.Job{}, jobNotFound()
+	}
+	if err != nil {
+		return storage.Job{}, apierr.Upstream(err)
+	}
+	return j, nil
+}
+
+// QueuePosition returns the job's 1-based queue position, or nil when it
+// is not queued.
+func (s *Service) QueuePosition(ctx context.Context, j storage.Job) (*int, error) {
+	if j.Status != storage.JobQueued {
+		return nil, nil
+	}
+	pos, err := s.Store.QueuePosition(ctx, j.ID)
+	if err != nil {
+		return nil, apierr.Upstream(err)
+	}
+	if pos == 0 {
+		return nil, nil
+	}
+	return &pos, nil
+}
+
+// Cancel requests cancellation and returns the job as it now stands.
+func (s *Service) Cancel(ctx context.Context, account, id string) (storage.Job, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return storage.Job{}, jobNotFound()
+	}
+	before, err := s.Get(ctx, account, id)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	j, err := s.Store.CancelJob(ctx, account, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return storage.Job{}, jobNotFound()
+	}
+	if err != nil {
+		return storage.Job{}, apierr.Upstream(err)
+	}
+	if j.Status != before.Status {
+		s.ExtraData.Delete(j.ID)
+		publishStatus(context.WithoutCancel(ctx), s.Bus, j)
+	}
+	return j, nil
+}
+
+// List returns a page of the account's jobs, newest first.
+func (s *Service) List(ctx context.Context, account string, q storage.JobQuery) ([]storage.Job, error) {
+	jobs, err := s.Store.ListJobs(ctx, account, q)
+	if err != nil {
+		return nil, apierr.Upstream(err)
+	}
+	return jobs, nil
+}
+
+func jobNotFound() error { return apierr.NotFound("job not found") }
+
+// publishStatus tells streams that j changed state; they re-read it.
+func publishStatus(ctx context.Context, b bus.Bus, j storage.Job) {
+	data, _ := json.Marshal(map[string]string{"status": j.Status})
+	_ = b.Publish(ctx, bus.Event{JobID: j.ID, Kind: "status", Data: data})
+}

@@ -1,0 +1,300 @@
+package embedded
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+var _ storage.JobStore = (*Store)(nil)
+
+// jobColumns is the SELECT list scanJob reads, in order.
+const jobColumns = `id, account_id, pool, status, workflow, created_at, started_at, completed_at,
+	expires_at, progress, error, attempt`
+
+// assetColumnsA is assetColumns qualified for joins with job_outputs.
+const assetColumnsA = `a.id, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path, a.tags,
+	a.job_id, a.created_at, a.expires_at`
+
+// ownsLease is the condition every attempt write carries: the attempt still
+// holds the job. It is how a reclaimed attempt's late writes are refused.
+const ownsLease = `id = ? AND attempt = ? AND status IN ('running', 'canceling')`
+
+// assetHeldByJob is true for an asset (the outer row, named assets) that is
+// an output of a job that is not expired and whose retention deadline is
+// after the one argument (the clock). Such an asset cannot be deleted: a job
+// keeps its outputs until it expires or its retention passes, whatever its
+// status.
+const assetHeldByJob = `EXISTS (SELECT 1 FROM job_outputs o JOIN jobs j ON j.id = o.job_id
+	WHERE o.asset_id = assets.id AND j.status <> 'expired' AND j.expires_at > ?)`
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// validJSON reports whether b is JSON the Postgres backend would also accept
+// (valid syntax, valid UTF-8), so both backends refuse the same inputs.
+func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
+
+// nullJSON maps an absent JSON value to NULL.
+func nullJSON(b json.RawMessage) sql.NullString {
+	return sql.NullString{String: string(b), Valid: len(b) > 0}
+}
+
+// CreateJob records a queued job. The duplicate checks and the queue bound
+// are evaluated inside one write transaction, which the single writer
+// serializes, so concurrent creates cannot both pass the bound. A duplicate
+// ID or idempotency key wins over a full queue.
+func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
+	if j.ID == "" || j.AccountID == "" || j.Pool == "" {
+		return storage.Job{}, errors.New("embedded: CreateJob needs ID, AccountID and Pool")
+	}
+	if !validJSON(j.Workflow) {
+		return storage.Job{}, errors.New("embedded: CreateJob needs a valid JSON workflow")
+	}
+	job := storage.Job{
+		ID: j.ID, AccountID: j.AccountID, Pool: j.Pool, Status: storage.JobQueued,
+		Workflow: append(json.RawMessage(nil), j.Workflow...), CreatedAt: now(),
+		ExpiresAt: j.ExpiresAt.UTC().Truncate(time.Microsecond), Outputs: []storage.Output{},
+	}
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var dup bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?)
+			OR EXISTS (SELECT 1 FROM jobs WHERE account_id = ? AND idempotency_key = ?)`,
+			j.ID, j.AccountID, nullString(j.IdempotencyKey)).Scan(&dup); err != nil {
+			return fmt.Errorf("embedded: check duplicate job: %w", err)
+		}
+		if dup {
+			return storage.ErrDuplicate
+		}
+		if j.MaxQueued > 0 {
+			var queued int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE pool = ? AND status = 'queued'`,
+				j.Pool).Scan(&queued); err != nil {
+				return fmt.Errorf("embedded: count queued jobs: %w", err)
+			}
+			if queued >= j.MaxQueued {
+				return storage.ErrQueueFull
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO jobs
+			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key)
+			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)`,
+			j.ID, j.AccountID, j.Pool, string(j.Workflow), formatTime(job.CreatedAt),
+			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey))
+		if isUniqueViolation(err) {
+			return fmt.Errorf("embedded: insert job: %w", storage.ErrDuplicate)
+		}
+		if err != nil {
+			return fmt.Errorf("embedded: insert job: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return storage.Job{}, err
+	}
+	return job, nil
+}
+
+// GetJob returns the account's job with its outputs, read in one snapshot.
+func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, error) {
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return storage.Job{}, fmt.Errorf("embedded: get job: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID)
+}
+
+// ListJobs returns the account's jobs newest first (created_at, then id,
+// descending), without outputs. A Limit outside 1..100 means 100.
+func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
+	where := []string{`account_id = ?`}
+	args := []any{accountID}
+	if len(q.Statuses) > 0 {
+		where = append(where, `status IN (?`+strings.Repeat(`, ?`, len(q.Statuses)-1)+`)`)
+		for _, st := range q.Statuses {
+			args = append(args, st)
+		}
+	}
+	if q.Before != nil {
+		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
+		c := formatTime(q.Before.CreatedAt)
+		args = append(args, c, c, q.Before.ID)
+	}
+	args = append(args, pageSize(q.Limit))
+	return queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
+		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+}
+
+// pageSize clamps a list limit to 1..100, treating anything outside as 100.
+func pageSize(limit int) int {
+	if limit < 1 || limit > 100 {
+		return 100
+	}
+	return limit
+}
+
+// QueuePosition is the job's 1-based place among its pool's queued jobs,
+// oldest first; 0 when the job is not queued or does not exist.
+func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
+	var pos int
+	err := s.read.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs q
+			WHERE q.pool = j.pool AND q.status = 'queued'
+			AND (q.created_at < j.created_at OR (q.created_at = j.created_at AND q.id <= j.id)))
+		FROM jobs j WHERE j.id = ? AND j.status = 'queued'`, id).Scan(&pos)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("embedded: queue position: %w", err)
+	}
+	return pos, nil
+}
+
+// CancelJob moves a queued job to canceled and a running one to canceling;
+// any other job is returned unchanged.
+func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Job, error) {
+	var job storage.Job
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		t := formatTime(now())
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET
+				status = CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END,
+				completed_at = CASE status WHEN 'queued' THEN ? ELSE completed_at END
+			WHERE id = ? AND account_id = ? AND status IN ('queued', 'running')`, t, id, accountID); err != nil {
+			return fmt.Errorf("embedded: cancel job: %w", err)
+		}
+		var err error
+		job, err = loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID)
+		return err
+	})
+	return job, err
+}
+
+// loadJob reads the one job matching where, with its outputs in seq order.
+func loadJob(ctx context.Context, q querier, where string, args ...any) (storage.Job, error) {
+	job, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return storage.Job{}, storage.ErrNotFound
+	}
+	if err != nil {
+		return storage.Job{}, fmt.Errorf("embedded: read job: %w", err)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT o.node_id, o.name, o.type, `+assetColumnsA+`
+		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
+		WHERE o.job_id = ? ORDER BY o.seq`, job.ID)
+	if err != nil {
+		return storage.Job{}, fmt.Errorf("embedded: read job outputs: %w", err)
+	}
+	defer rows.Close()
+	job.Outputs = []storage.Output{}
+	for rows.Next() {
+		var o storage.Output
+		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
+			return storage.Job{}, fmt.Errorf("embedded: read job output: %w", err)
+		}
+		job.Outputs = append(job.Outputs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return storage.Job{}, fmt.Errorf("embedded: read job outputs: %w", err)
+	}
+	return job, nil
+}
+
+// queryJobs reads jobs (without outputs) in the query's order.
+func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]storage.Job, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: list jobs: %w", err)
+	}
+	defer rows.Close()
+	var jobs []storage.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: list jobs: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("embedded: list jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// sortJobs orders jobs oldest first (created_at, then id), the order the
+// reaper methods return them in whatever order the database produced.
+func sortJobs(jobs []storage.Job) {
+	slices.SortFunc(jobs, func(a, b storage.Job) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// scanJob reads one row in jobColumns order.
+func scanJob(row scanner) (storage.Job, error) {
+	var (
+		j                      storage.Job
+		workflow               []byte
+		createdAt, expiresAt   string
+		startedAt, completedAt sql.NullString
+		progress, jobErr       sql.NullString
+	)
+	if err := row.Scan(&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &createdAt, &startedAt,
+		&completedAt, &expiresAt, &progress, &jobErr, &j.Attempt); err != nil {
+		return storage.Job{}, err
+	}
+	j.Workflow = append(json.RawMessage(nil), workflow...)
+	if progress.Valid {
+		j.Progress = json.RawMessage(progress.String)
+	}
+	if jobErr.Valid {
+		j.Error = json.RawMessage(jobErr.String)
+	}
+	var err error
+	if j.CreatedAt, err = parseTime(createdAt); err != nil {
+		return storage.Job{}, err
+	}
+	if j.ExpiresAt, err = parseTime(expiresAt); err != nil {
+		return storage.Job{}, err
+	}
+	if j.StartedAt, err = parseNullTime(startedAt); err != nil {
+		return storage.Job{}, err
+	}
+	if j.CompletedAt, err = parseNullTime(completedAt); err != nil {
+		return storage.Job{}, err
+	}
+	return j, nil
+}
+
+// releaseOutputRows prepares the account's asset id for deletion inside tx:
+// storage.ErrInUse while a job that has not expired holds it as an output;
+// otherwise the output rows of expired jobs that name it are deleted (the
+// caller's rollback restores them if the asset delete then fails).
+func releaseOutputRows(ctx context.Context, tx *sql.Tx, accountID, id string) error {
+	var held bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM assets
+		WHERE id = ? AND account_id = ? AND `+assetHeldByJob+`)`, id, accountID, formatTime(now())).Scan(&held); err != nil {
+		return fmt.Errorf("embedded: check asset in use: %w", err)
+	}
+	if held {
+		return storage.ErrInUse
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM job_outputs WHERE asset_id = ?
+		AND EXISTS (SELECT 1 FROM assets WHERE id = ? AND account_id = ?)`, id, id, accountID); err != nil {
+		return fmt.Errorf("embedded: release asset outputs: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,310 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+var _ storage.JobStore = (*Store)(nil)
+
+// jobColumns is the select list scanJob reads, in order. The json columns
+// are read as text so the submitted bytes come back unchanged.
+const jobColumns = `id::text, account_id, pool, status, workflow::text, created_at, started_at,
+	completed_at, expires_at, progress::text, error::text, attempt`
+
+// assetColumnsA is assetColumns qualified for joins with job_outputs.
+const assetColumnsA = `a.id::text, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path,
+	a.tags, coalesce(a.job_id::text, ''), a.created_at, a.expires_at`
+
+// ownsLease is the condition every attempt write carries: the attempt still
+// holds the job. It is how a reclaimed attempt's late writes are refused.
+const ownsLease = `id = $1 AND attempt = $2 AND status IN ('running', 'canceling')`
+
+// assetHeldByJob is true for an asset (the outer row, named assets) that is
+// an output of a job that is not expired and whose retention deadline is
+// after clock (an SQL expression). Such an asset cannot be deleted: a job
+// keeps its outputs until it expires or its retention passes, whatever its
+// status.
+func assetHeldByJob(clock string) string {
+	return `EXISTS (SELECT 1 FROM job_outputs o JOIN jobs j ON j.id = o.job_id
+	WHERE o.asset_id = assets.id AND j.status <> 'expired' AND j.expires_at > ` + clock + `)`
+}
+
+// queueLockClass is the first half of the advisory lock CreateJob takes on a
+// bounded pool ("jobq"); the second is a hash of schema and pool name, so
+// pools (and test schemas) do not wait for each other.
+const queueLockClass int32 = 0x6a6f6271
+
+// querier is what pgx.Tx and *pgxpool.Pool have in common.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// validJSON reports whether b is JSON both backends accept (valid syntax,
+// valid UTF-8), so that a bad value fails the same way everywhere.
+func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
+
+// jsonParam maps an absent JSON value to NULL and a present one to its text.
+func jsonParam(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// CreateJob records a queued job. For a bounded pool it first takes a
+// transaction-scoped advisory lock on the pool, so the count it checks after
+// inserting is exact: concurrent creates in that pool run one at a time. A
+// duplicate ID or idempotency key (the insert fails) wins over a full queue.
+func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
+	if !isUUID(j.ID) || j.AccountID == "" || j.Pool == "" {
+		return storage.Job{}, errors.New("postgres: create job: needs a UUID ID, AccountID and Pool")
+	}
+	if !validJSON(j.Workflow) {
+		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Job{}, mapErr("create job: begin", err)
+	}
+	defer rollback(ctx, tx)
+	if j.MaxQueued > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4,
+			hashtext(coalesce(current_schema(), '') || '/' || $2))`, queueLockClass, j.Pool); err != nil {
+			return storage.Job{}, mapErr("create job: lock queue", err)
+		}
+	}
+	var idemKey *string
+	if j.IdempotencyKey != "" {
+		idemKey = &j.IdempotencyKey
+	}
+	job, err := scanJob(tx.QueryRow(ctx, `INSERT INTO jobs
+		(id, account_id, pool, status, workflow, expires_at, idempotency_key)
+		VALUES ($1, $2, $3, 'queued', $4::text::json, $5, $6) RETURNING `+jobColumns,
+		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey))
+	if err != nil {
+		return storage.Job{}, mapErr("create job: insert", err)
+	}
+	if j.MaxQueued > 0 {
+		var queued int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE pool = $1 AND status = 'queued'`,
+			j.Pool).Scan(&queued); err != nil {
+			return storage.Job{}, mapErr("create job: count queue", err)
+		}
+		if queued > j.MaxQueued { // the count includes this job
+			return storage.Job{}, storage.ErrQueueFull
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Job{}, mapErr("create job: commit", err)
+	}
+	job.Outputs = []storage.Output{}
+	return job, nil
+}
+
+// GetJob returns the account's job with its outputs, read in one snapshot.
+func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, error) {
+	if !isUUID(id) {
+		return storage.Job{}, fmt.Errorf("postgres: get job: %w", storage.ErrNotFound)
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return storage.Job{}, mapErr("get job: begin", err)
+	}
+	defer rollback(ctx, tx)
+	return loadJob(ctx, tx, `id = $1 AND account_id = $2`, id, accountID)
+}
+
+// ListJobs returns the account's jobs newest first (created_at, then id,
+// descending), without outputs. A Limit outside 1..100 means 100.
+func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
+	where := []string{`account_id = $1`}
+	args := []any{accountID}
+	if len(q.Statuses) > 0 {
+		args = append(args, q.Statuses)
+		where = append(where, fmt.Sprintf(`status = ANY($%d::text[])`, len(args)))
+	}
+	if q.Before != nil {
+		// id::text orders like the uuid for the lower-case form Postgres
+		// returns, and accepts a cursor id that is not a UUID.
+		args = append(args, q.Before.CreatedAt, q.Before.ID)
+		where = append(where, fmt.Sprintf(`(created_at, id::text) < ($%d, $%d)`, len(args)-1, len(args)))
+	}
+	args = append(args, pageSize(q.Limit))
+	return queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
+		` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+}
+
+// pageSize clamps a list limit to 1..100, treating anything outside as 100.
+func pageSize(limit int) int {
+	if limit < 1 || limit > 100 {
+		return 100
+	}
+	return limit
+}
+
+// QueuePosition is the job's 1-based place among its pool's queued jobs,
+// oldest first; 0 when the job is not queued or does not exist.
+func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
+	if !isUUID(id) {
+		return 0, nil
+	}
+	var pos int
+	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs q
+			WHERE q.pool = j.pool AND q.status = 'queued' AND (q.created_at, q.id) <= (j.created_at, j.id))
+		FROM jobs j WHERE j.id = $1 AND j.status = 'queued'`, id).Scan(&pos)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, mapErr("queue position", err)
+	}
+	return pos, nil
+}
+
+// CancelJob moves a queued job to canceled and a running one to canceling;
+// any other job is returned unchanged. A claim racing the cancel is waited
+// for, and the cancel then applies to the running job.
+func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Job, error) {
+	if !isUUID(id) {
+		return storage.Job{}, fmt.Errorf("postgres: cancel job: %w", storage.ErrNotFound)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Job{}, mapErr("cancel job: begin", err)
+	}
+	defer rollback(ctx, tx)
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET
+			status = CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END,
+			completed_at = CASE status WHEN 'queued' THEN now() ELSE completed_at END
+		WHERE id = $1 AND account_id = $2 AND status IN ('queued', 'running')`, id, accountID); err != nil {
+		return storage.Job{}, mapErr("cancel job", err)
+	}
+	job, err := loadJob(ctx, tx, `id = $1 AND account_id = $2`, id, accountID)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Job{}, mapErr("cancel job: commit", err)
+	}
+	return job, nil
+}
+
+// loadJob reads the one job matching where, with its outputs in seq order.
+func loadJob(ctx context.Context, q querier, where string, args ...any) (storage.Job, error) {
+	job, err := scanJob(q.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where, args...))
+	if err != nil {
+		return storage.Job{}, mapErr("read job", err)
+	}
+	rows, err := q.Query(ctx, `SELECT o.node_id, o.name, o.type, `+assetColumnsA+`
+		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
+		WHERE o.job_id = $1 ORDER BY o.seq`, job.ID)
+	if err != nil {
+		return storage.Job{}, mapErr("read job outputs", err)
+	}
+	defer rows.Close()
+	job.Outputs = []storage.Output{}
+	for rows.Next() {
+		var o storage.Output
+		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
+			return storage.Job{}, mapErr("read job output", err)
+		}
+		job.Outputs = append(job.Outputs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return storage.Job{}, mapErr("read job outputs", err)
+	}
+	return job, nil
+}
+
+// queryJobs reads jobs (without outputs) in the query's order.
+func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]storage.Job, error) {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return nil, mapErr("list jobs", err)
+	}
+	defer rows.Close()
+	var jobs []storage.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, mapErr("list jobs", err)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("list jobs", err)
+	}
+	return jobs, nil
+}
+
+// sortJobs orders jobs oldest first (created_at, then id); RETURNING gives
+// no order of its own.
+func sortJobs(jobs []storage.Job) {
+	slices.SortFunc(jobs, func(a, b storage.Job) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// scanJob reads one row in jobColumns order.
+func scanJob(row pgx.Row) (storage.Job, error) {
+	var (
+		j                storage.Job
+		workflow         string
+		progress, jobErr *string
+	)
+	if err := row.Scan(&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &j.CreatedAt, &j.StartedAt,
+		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt); err != nil {
+		return storage.Job{}, err
+	}
+	j.Workflow = json.RawMessage(workflow)
+	if progress != nil {
+		j.Progress = json.RawMessage(*progress)
+	}
+	if jobErr != nil {
+		j.Error = json.RawMessage(*jobErr)
+	}
+	j.CreatedAt = j.CreatedAt.UTC()
+	j.ExpiresAt = j.ExpiresAt.UTC()
+	j.StartedAt = utcPtr(j.StartedAt)
+	j.CompletedAt = utcPtr(j.CompletedAt)
+	return j, nil
+}
+
+// releaseOutputRows prepares the account's asset id for deletion inside tx:
+// storage.ErrInUse while a job that has not expired holds it as an output;
+// otherwise the output rows of expired jobs that name it are deleted (the
+// caller's rollback restores them if the asset delete then fails).
+func releaseOutputRows(ctx context.Context, tx pgx.Tx, accountID, id string) error {
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM assets
+		WHERE id = $1 AND account_id = $2 AND `+assetHeldByJob("now()")+`)`, id, accountID).Scan(&held); err != nil {
+		return mapErr("check asset in use", err)
+	}
+	if held {
+		return fmt.Errorf("postgres: delete asset: %w", storage.ErrInUse)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = $1
+		AND EXISTS (SELECT 1 FROM assets WHERE id = $1 AND account_id = $2)`, id, accountID); err != nil {
+		return mapErr("release asset outputs", err)
+	}
+	return nil
+}
+
+// leaseInterval renders a lease for SQL arithmetic on the database clock.
+func leaseInterval(d time.Duration) int64 { return d.Microseconds() }

@@ -1,0 +1,255 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// ClaimJob leases the pool's oldest queued job (created_at, then id) to owner
+// for a new attempt. The row is picked with FOR UPDATE SKIP LOCKED, so
+// concurrent claimers take distinct jobs without waiting on each other. Lease
+// and start times come from the database clock. In the same transaction the
+// outputs of earlier attempts are deleted with their assets (remove is called
+// for blobs left without a reference) and the earlier progress is cleared.
+func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, remove storage.BlobFunc) (storage.Job, error) {
+	if remove == nil {
+		return storage.Job{}, errors.New("postgres: claim job: needs a remove func")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Job{}, mapErr("claim job: begin", err)
+	}
+	defer rollback(ctx, tx)
+	var id string
+	err = tx.QueryRow(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
+			lease_owner = $2, lease_expires_at = now() + $3::bigint * interval '1 microsecond',
+			started_at = coalesce(started_at, now()), progress = NULL
+		WHERE status = 'queued' AND id = (SELECT id FROM jobs WHERE pool = $1 AND status = 'queued'
+			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id::text`, pool, owner, leaseInterval(lease)).Scan(&id)
+	if err != nil {
+		return storage.Job{}, mapErr("claim job", err)
+	}
+	if err := dropEarlierOutputs(ctx, tx, id, remove); err != nil {
+		return storage.Job{}, fmt.Errorf("postgres: claim job: %w", err)
+	}
+	job, err := loadJob(ctx, tx, `id = $1`, id)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Job{}, mapErr("claim job: commit", err)
+	}
+	return job, nil
+}
+
+// dropEarlierOutputs deletes every output of job id (a new attempt has none
+// yet) with its asset, then releases the blob references in hash order, the
+// lock order every multi-blob release uses.
+func dropEarlierOutputs(ctx context.Context, tx pgx.Tx, id string, remove storage.BlobFunc) error {
+	rows, err := tx.Query(ctx, `WITH gone AS (DELETE FROM job_outputs WHERE job_id = $1 RETURNING asset_id)
+		DELETE FROM assets WHERE id IN (SELECT asset_id FROM gone) RETURNING hash`, id)
+	if err != nil {
+		return fmt.Errorf("delete earlier outputs: %w", err)
+	}
+	counts := map[string]int{}
+	for rows.Next() {
+		var hash string
+		if err := rows.Scan(&hash); err != nil {
+			rows.Close()
+			return fmt.Errorf("delete earlier outputs: %w", err)
+		}
+		counts[hash]++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("delete earlier outputs: %w", err)
+	}
+	hashes := make([]string, 0, len(counts))
+	for h := range counts {
+		hashes = append(hashes, h)
+	}
+	slices.Sort(hashes)
+	for _, h := range hashes {
+		if err := dropRefs(ctx, tx, h, counts[h], remove); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RenewLease extends the attempt's lease to now+lease on the database clock
+// and returns the job's status, or storage.ErrLeaseLost.
+func (s *Store) RenewLease(ctx context.Context, id string, attempt int, lease time.Duration) (string, error) {
+	if !isUUID(id) {
+		return "", storage.ErrLeaseLost
+	}
+	var status string
+	err := s.pool.QueryRow(ctx, `UPDATE jobs SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+		WHERE `+ownsLease+` RETURNING status`, id, attempt, leaseInterval(lease)).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", storage.ErrLeaseLost
+	}
+	if err != nil {
+		return "", mapErr("renew lease", err)
+	}
+	return status, nil
+}
+
+// SetProgress replaces the attempt's progress snapshot (nil clears it).
+func (s *Store) SetProgress(ctx context.Context, id string, attempt int, progress json.RawMessage) error {
+	if len(progress) > 0 && !validJSON(progress) {
+		return errors.New("postgres: set progress: not valid JSON")
+	}
+	if !isUUID(id) {
+		return storage.ErrLeaseLost
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET progress = $3::text::json WHERE `+ownsLease,
+		id, attempt, jsonParam(progress))
+	if err != nil {
+		return mapErr("set progress", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return storage.ErrLeaseLost
+	}
+	return nil
+}
+
+// AddOutput creates the output's asset (the job's account, JobID set) with
+// the CreateAsset reference protocol and appends the output with the next
+// seq, in one transaction that holds the job's row, so a reclaim cannot slip
+// between the lease check and the insert.
+func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out storage.NewOutput, publish storage.BlobFunc) (storage.Output, error) {
+	if publish == nil {
+		return storage.Output{}, errors.New("postgres: add output: needs a publish func")
+	}
+	if !isUUID(id) {
+		return storage.Output{}, storage.ErrLeaseLost
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Output{}, mapErr("add output: begin", err)
+	}
+	defer rollback(ctx, tx)
+	a := out.Asset
+	err = tx.QueryRow(ctx, `SELECT account_id FROM jobs WHERE `+ownsLease+` FOR UPDATE`, id, attempt).Scan(&a.AccountID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return storage.Output{}, storage.ErrLeaseLost
+	}
+	if err != nil {
+		return storage.Output{}, mapErr("add output: lock job", err)
+	}
+	a.JobID = id
+	created, err := createAssetTx(ctx, tx, a, publish)
+	if err != nil {
+		return storage.Output{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id)
+		VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6)`,
+		id, attempt, out.NodeID, out.Name, out.Type, a.ID); err != nil {
+		return storage.Output{}, mapErr("add output: insert", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Output{}, mapErr("add output: commit", err)
+	}
+	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Asset: created.Asset}, nil
+}
+
+// FinishJob ends the attempt with status (succeeded, failed or canceled),
+// keeping jobErr only for failed, sets CompletedAt and drops the lease.
+func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (storage.Job, error) {
+	switch status {
+	case storage.JobSucceeded, storage.JobFailed, storage.JobCanceled:
+	default:
+		return storage.Job{}, fmt.Errorf("postgres: finish job: status %q is not succeeded, failed or canceled", status)
+	}
+	if len(jobErr) > 0 && !validJSON(jobErr) {
+		return storage.Job{}, errors.New("postgres: finish job: error object is not valid JSON")
+	}
+	if status != storage.JobFailed {
+		jobErr = nil
+	}
+	if !isUUID(id) {
+		return storage.Job{}, storage.ErrLeaseLost
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return storage.Job{}, mapErr("finish job: begin", err)
+	}
+	defer rollback(ctx, tx)
+	tag, err := tx.Exec(ctx, `UPDATE jobs SET status = $3, error = $4::text::json, completed_at = now(),
+			lease_owner = NULL, lease_expires_at = NULL
+		WHERE `+ownsLease, id, attempt, status, jsonParam(jobErr))
+	if err != nil {
+		return storage.Job{}, mapErr("finish job", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return storage.Job{}, storage.ErrLeaseLost
+	}
+	job, err := loadJob(ctx, tx, `id = $1`, id)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return storage.Job{}, mapErr("finish job: commit", err)
+	}
+	return job, nil
+}
+
+// ReclaimExpired ends every attempt whose lease ran out before now (the
+// caller's clock against lease times from the database clock): a canceling
+// job becomes canceled; a running one is queued again (Attempt unchanged
+// until the next claim) or, once it has had maxAttempts attempts (at least
+// 1), failed with jobErr. Terminal jobs get CompletedAt = now. Rows another
+// reaper holds are skipped. The changed jobs are returned oldest first,
+// without outputs.
+func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts int, jobErr json.RawMessage) ([]storage.Job, error) {
+	if len(jobErr) > 0 && !validJSON(jobErr) {
+		return nil, errors.New("postgres: reclaim: error object is not valid JSON")
+	}
+	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
+			status = CASE WHEN status = 'canceling' THEN 'canceled'
+				WHEN attempt >= $2 THEN 'failed' ELSE 'queued' END,
+			error = CASE WHEN status = 'running' AND attempt >= $2 THEN $3::text::json ELSE error END,
+			completed_at = CASE WHEN status = 'canceling' OR attempt >= $2 THEN $1 ELSE NULL END,
+			lease_owner = NULL, lease_expires_at = NULL
+		WHERE status IN ('running', 'canceling') AND lease_expires_at < $1
+			AND id IN (SELECT id FROM jobs WHERE status IN ('running', 'canceling') AND lease_expires_at < $1
+				FOR UPDATE SKIP LOCKED)
+		RETURNING `+jobColumns, now, max(maxAttempts, 1), jsonParam(jobErr))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reclaim: %w", err)
+	}
+	sortJobs(jobs)
+	return jobs, nil
+}
+
+// ExpireJobs marks expired up to limit jobs: non-terminal ones whose
+// ExpiresAt is before now, and running ones started before runningBefore.
+// CompletedAt is set to now and any lease dropped. Rows another reaper holds
+// are skipped. Returned oldest first, without outputs.
+func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]storage.Job, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	const due = `((status IN ('queued', 'running', 'canceling') AND expires_at < $1)
+		OR (status = 'running' AND started_at < $2))`
+	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET status = 'expired', completed_at = $1,
+			lease_owner = NULL, lease_expires_at = NULL
+		WHERE `+due+` AND id IN (SELECT id FROM jobs WHERE `+due+`
+			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING `+jobColumns, now, runningBefore, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: expire jobs: %w", err)
+	}
+	sortJobs(jobs)
+	return jobs, nil
+}

@@ -1,0 +1,376 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// Conventions the jobs cases enforce beyond storage/jobs.go's doc comments:
+//   - Workflow, Progress and Error come back byte for byte as written;
+//   - a duplicate ID or idempotency key is refused with ErrDuplicate even
+//     when the queue is also full;
+//   - Outputs is empty (not absent) on GetJob/ClaimJob/FinishJob/CancelJob
+//     for a job without outputs;
+//   - a claim clears the earlier attempt's progress;
+//   - FinishJob keeps the error object only for failed;
+//   - ReclaimExpired and ExpireJobs set CompletedAt to the now they are given
+//     and return jobs oldest first;
+//   - a job requeued by ReclaimExpired keeps its place (CreatedAt) in the queue;
+//   - ListJobs treats a Limit outside 1..100 as 100.
+
+// jobGroups are the RunStore groups for storage.JobStore; RunJobs runs only these.
+var jobGroups = []struct {
+	name  string
+	cases []storeCase
+}{
+	{"Jobs", jobCases},
+	{"JobLeases", jobLeaseCases},
+}
+
+// RunJobs runs only the storage.JobStore part of the conformance suite
+// (RunStore includes it). open follows the factory contract in the package doc.
+func RunJobs(t *testing.T, open func(t *testing.T) storage.Store) {
+	t.Helper()
+	for _, g := range jobGroups {
+		runGroup(t, g.name, g.cases, open)
+	}
+}
+
+// jobCases cover creating, reading, listing and queueing jobs.
+var jobCases = []storeCase{
+	{"CreateGetRoundTrip", testJobRoundTrip},
+	{"ListPagingAndFilter", testListJobs},
+	{"QueueBoundConcurrent", testQueueBoundConcurrent},
+	{"IdempotencyBackstop", testJobIdempotency},
+	{"ClaimFIFOAndQueuePosition", testClaimFIFO},
+	{"ConcurrentClaimsDistinct", testConcurrentJobClaims},
+	{"CancelStateMachine", testCancelStateMachine},
+}
+
+// oddWorkflow is valid JSON whose spacing, key order and escapes a
+// re-encoding store (jsonb, map round trips) would change.
+const oddWorkflow = "{\"9\": {\"class_type\":\"KSampler\",  \"inputs\": {\"seed\": 42, \"a\":\"\\u00e9\\n\"}},\n \"1\":{}}"
+
+// newJob returns a NewJob for account in pool expiring in a day.
+func newJob(account, pool string) storage.NewJob {
+	return storage.NewJob{
+		ID: newID(), AccountID: account, Pool: pool,
+		Workflow:  json.RawMessage(oddWorkflow),
+		ExpiresAt: micro(time.Now().Add(24 * time.Hour)),
+	}
+}
+
+// mustCreateJob creates j and fails the test on error.
+func mustCreateJob(t *testing.T, st storage.Store, j storage.NewJob) storage.Job {
+	t.Helper()
+	job, err := st.CreateJob(ctx(t), j)
+	if err != nil {
+		t.Fatalf("CreateJob(%s): %v", j.ID, err)
+	}
+	return job
+}
+
+// mustClaim claims the pool's next job and fails the test on error.
+func mustClaim(t *testing.T, st storage.Store, fs *fakeFS, pool string) storage.Job {
+	t.Helper()
+	job, err := st.ClaimJob(ctx(t), pool, "worker-"+pool[:8], time.Minute, fs.remove)
+	if err != nil {
+		t.Fatalf("ClaimJob(%s): %v", pool, err)
+	}
+	return job
+}
+
+// mustGetJob reads the account's job and fails the test on error.
+func mustGetJob(t *testing.T, st storage.Store, account, id string) storage.Job {
+	t.Helper()
+	job, err := st.GetJob(ctx(t), account, id)
+	if err != nil {
+		t.Fatalf("GetJob(%s): %v", id, err)
+	}
+	return job
+}
+
+// diffJob describes how got differs from want (outputs aside), or returns "".
+func diffJob(got, want storage.Job) string {
+	var d []string
+	add := func(field string, g, w any) { d = append(d, fmt.Sprintf("%s = %v, want %v", field, g, w)) }
+	if got.ID != want.ID || got.AccountID != want.AccountID || got.Pool != want.Pool {
+		add("ID/AccountID/Pool", []string{got.ID, got.AccountID, got.Pool}, []string{want.ID, want.AccountID, want.Pool})
+	}
+	if got.Status != want.Status {
+		add("Status", got.Status, want.Status)
+	}
+	if got.Attempt != want.Attempt {
+		add("Attempt", got.Attempt, want.Attempt)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want []byte
+	}{{"Workflow", got.Workflow, want.Workflow}, {"Progress", got.Progress, want.Progress}, {"Error", got.Error, want.Error}} {
+		if string(f.got) != string(f.want) {
+			add(f.name, string(f.got), string(f.want))
+		}
+	}
+	if !got.CreatedAt.Equal(want.CreatedAt) {
+		add("CreatedAt", got.CreatedAt, want.CreatedAt)
+	}
+	if !got.ExpiresAt.Equal(want.ExpiresAt) {
+		add("ExpiresAt", got.ExpiresAt, want.ExpiresAt)
+	}
+	for _, f := range []struct {
+		name      string
+		got, want *time.Time
+	}{{"StartedAt", got.StartedAt, want.StartedAt}, {"CompletedAt", got.CompletedAt, want.CompletedAt}} {
+		if (f.got == nil) != (f.want == nil) || (f.got != nil && !f.got.Equal(*f.want)) {
+			add(f.name, f.got, f.want)
+		}
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	return fmt.Sprint(d)
+}
+
+func testJobRoundTrip(t *testing.T, st storage.Store) {
+	account := newID()
+	in := newJob(account, newID())
+	before := time.Now().Add(-time.Minute)
+	job := mustCreateJob(t, st, in)
+	after := time.Now().Add(time.Minute)
+
+	want := storage.Job{
+		ID: in.ID, AccountID: account, Pool: in.Pool, Status: storage.JobQueued,
+		Workflow: in.Workflow, CreatedAt: job.CreatedAt, ExpiresAt: in.ExpiresAt,
+	}
+	if d := diffJob(job, want); d != "" {
+		t.Errorf("CreateJob returned %s", d)
+	}
+	if job.CreatedAt.Before(before) || job.CreatedAt.After(after) {
+		t.Errorf("CreatedAt = %v, want about now", job.CreatedAt)
+	}
+	checkUTC(t, "CreatedAt", job.CreatedAt)
+	checkUTC(t, "ExpiresAt", job.ExpiresAt)
+
+	got := mustGetJob(t, st, account, in.ID)
+	if d := diffJob(got, job); d != "" {
+		t.Errorf("GetJob differs from CreateJob: %s", d)
+	}
+	if got.Outputs == nil || len(got.Outputs) != 0 {
+		t.Errorf("Outputs = %#v, want empty and non-nil", got.Outputs)
+	}
+
+	misses := []struct{ name, account, id string }{
+		{"other account", newID(), in.ID},
+		{"unknown id", account, newID()},
+		{"malformed id", account, "not-a-uuid"},
+	}
+	for _, m := range misses {
+		_, err := st.GetJob(ctx(t), m.account, m.id)
+		wantNotFound(t, "GetJob "+m.name, err)
+	}
+	dup := newJob(newID(), in.Pool)
+	dup.ID = in.ID
+	if _, err := st.CreateJob(ctx(t), dup); !errors.Is(err, storage.ErrDuplicate) {
+		t.Errorf("CreateJob with a taken ID: err = %v, want ErrDuplicate", err)
+	}
+}
+
+func testListJobs(t *testing.T, st storage.Store) {
+	account, other, pool := newID(), newID(), newID()
+	var all []storage.Job // oldest first
+	for i := range 7 {
+		all = append(all, mustCreateJob(t, st, newJob(account, pool)))
+		if i == 2 {
+			mustCreateJob(t, st, newJob(other, pool)) // another account's job in between
+		}
+		waitClockTick()
+	}
+	canceled := map[string]bool{}
+	for _, i := range []int{1, 4} {
+		if _, err := st.CancelJob(ctx(t), account, all[i].ID); err != nil {
+			t.Fatalf("CancelJob: %v", err)
+		}
+		canceled[all[i].ID] = true
+	}
+	newestFirst := slices.Clone(all)
+	slices.Reverse(newestFirst)
+	ids := func(jobs []storage.Job) []string {
+		out := make([]string, len(jobs))
+		for i, j := range jobs {
+			out[i] = j.ID
+		}
+		return out
+	}
+	filter := func(keep func(storage.Job) bool) []string {
+		var out []storage.Job
+		for _, j := range newestFirst {
+			if keep(j) {
+				out = append(out, j)
+			}
+		}
+		return ids(out)
+	}
+	tests := []struct {
+		name     string
+		statuses []string
+		want     []string
+	}{
+		{"all", nil, ids(newestFirst)},
+		{"canceled", []string{storage.JobCanceled}, filter(func(j storage.Job) bool { return canceled[j.ID] })},
+		{"queued", []string{storage.JobQueued}, filter(func(j storage.Job) bool { return !canceled[j.ID] })},
+		{"queued or canceled", []string{storage.JobQueued, storage.JobCanceled}, ids(newestFirst)},
+		{"running", []string{storage.JobRunning}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, limit := range []int{100, 3, 1} {
+				var got []string
+				q := storage.JobQuery{Statuses: tc.statuses, Limit: limit}
+				for page := 0; ; page++ {
+					jobs, err := st.ListJobs(ctx(t), account, q)
+					if err != nil {
+						t.Fatalf("ListJobs: %v", err)
+					}
+					if len(jobs) > limit || page > len(all) {
+						t.Fatalf("limit %d: page of %d jobs (page %d)", limit, len(jobs), page)
+					}
+					got = append(got, ids(jobs)...)
+					if len(jobs) < limit {
+						break
+					}
+					last := jobs[len(jobs)-1]
+					q.Before = &storage.JobCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("limit %d: ListJobs ids = %v, want %v", limit, got, tc.want)
+				}
+			}
+		})
+	}
+	jobs, err := st.ListJobs(ctx(t), account, storage.JobQuery{Limit: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("ListJobs limit 1 = %d jobs, %v", len(jobs), err)
+	}
+	if d := diffJob(jobs[0], mustGetJob(t, st, account, jobs[0].ID)); d != "" {
+		t.Errorf("listed job differs from GetJob: %s", d)
+	}
+	if jobs, err := st.ListJobs(ctx(t), newID(), storage.JobQuery{Limit: 10}); err != nil || len(jobs) != 0 {
+		t.Errorf("ListJobs of an account without jobs = %d jobs, %v; want none", len(jobs), err)
+	}
+}
+
+// testQueueBoundConcurrent races 20 bounded creates (MaxQueued 5) in each of
+// several pools at once: exactly 5 per pool may pass. Several pools make a
+// lost race at the bound likely enough to be seen.
+func testQueueBoundConcurrent(t *testing.T, st storage.Store) {
+	const bound, tries, pools = 5, 20, 8
+	fs := newFakeFS()
+	account := newID()
+	mustCreateJob(t, st, newJob(account, newID())) // another pool's queue does not count
+	type tally struct {
+		ok, full    int
+		rejectedIDs []string
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		names   []string
+		results = map[string]*tally{}
+	)
+	for range pools {
+		pool := newID()
+		names = append(names, pool)
+		results[pool] = &tally{}
+		for range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				j := newJob(account, pool)
+				j.MaxQueued = bound
+				_, err := st.CreateJob(ctx(t), j)
+				mu.Lock()
+				defer mu.Unlock()
+				r := results[pool]
+				switch {
+				case err == nil:
+					r.ok++
+				case errors.Is(err, storage.ErrQueueFull):
+					r.full++
+					r.rejectedIDs = append(r.rejectedIDs, j.ID)
+				default:
+					t.Errorf("CreateJob: %v, want nil or ErrQueueFull", err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, name := range names {
+		r := results[name]
+		if r.ok != bound || r.full != tries-bound {
+			t.Errorf("pool %d: %d creates succeeded and %d were refused as full, want %d and %d", i, r.ok, r.full, bound, tries-bound)
+		}
+		for _, id := range r.rejectedIDs {
+			_, err := st.GetJob(ctx(t), account, id)
+			wantNotFound(t, "GetJob of a job refused as queue full", err)
+		}
+	}
+	pool := names[0]
+	// A claimed (running) job leaves the queue, making room for one more.
+	mustClaim(t, st, fs, pool)
+	steps := []struct {
+		name    string
+		wantErr error
+	}{{"after a claim", nil}, {"full again", storage.ErrQueueFull}}
+	for _, s := range steps {
+		j := newJob(account, pool)
+		j.MaxQueued = bound
+		if _, err := st.CreateJob(ctx(t), j); !errors.Is(err, s.wantErr) {
+			t.Errorf("%s: CreateJob err = %v, want %v", s.name, err, s.wantErr)
+		}
+	}
+	unbounded := newJob(account, pool)
+	if _, err := st.CreateJob(ctx(t), unbounded); err != nil {
+		t.Errorf("CreateJob with MaxQueued 0 on a full pool: %v", err)
+	}
+}
+
+func testJobIdempotency(t *testing.T, st storage.Store) {
+	accountA, accountB, pool := newID(), newID(), newID()
+	key := "idem-" + newID()
+	first := newJob(accountA, pool)
+	first.IdempotencyKey = key
+	mustCreateJob(t, st, first)
+	tests := []struct {
+		name      string
+		account   string
+		key       string
+		maxQueued int
+		wantErr   error
+	}{
+		{"same account, same key", accountA, key, 0, storage.ErrDuplicate},
+		{"same key while the queue is full", accountA, key, 1, storage.ErrDuplicate},
+		{"other account, same key", accountB, key, 0, nil},
+		{"same account, other key", accountA, "idem-" + newID(), 0, nil},
+		{"no key", accountA, "", 0, nil},
+		{"no key again", accountA, "", 0, nil},
+	}
+	for _, tc := range tests {
+		j := newJob(tc.account, pool)
+		j.IdempotencyKey, j.MaxQueued = tc.key, tc.maxQueued
+		_, err := st.CreateJob(ctx(t), j)
+		if !errors.Is(err, tc.wantErr) {
+			t.Errorf("%s: CreateJob err = %v, want %v", tc.name, err, tc.wantErr)
+		}
+		if tc.wantErr != nil {
+			_, err := st.GetJob(ctx(t), tc.account, j.ID)
+			wantNotFound(t, tc.name+": GetJob of the refused job", err)
+		}
+	}
+}
