@@ -140,6 +140,12 @@ type JobStore interface {
 	// canceled) and, for failed, the error object; sets CompletedAt and
 	// drops the lease. ErrLeaseLost when the attempt lost the job.
 	FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (Job, error)
+	// ReleaseJob hands an attempt's job back because its worker was lost:
+	// canceling → canceled; running → queued again at once (so another worker
+	// takes it without waiting for the lease), or failed with jobErr once the
+	// job has had maxAttempts attempts. ErrLeaseLost when the attempt no
+	// longer owns the job.
+	ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (Job, error)
 	// CancelJob requests cancellation: queued → canceled at once, running
 	// → canceling; canceling and terminal jobs are returned unchanged.
 	CancelJob(ctx context.Context, accountID, id string) (Job, error)

@@ -32,8 +32,10 @@ func init() {
 //			lease <duration>
 //			max_attempts <n>
 //			max_streams <n>
+//			default_pool <name>
 //			no_execute
 //		}
+//		pool <name> builtin|comfyui { … }   (see unmarshalPool)
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)
@@ -111,6 +113,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("max_upload_size: %v", err)
 			}
 			a.MaxUploadBytes = int64(n)
+		case "pool":
+			p, err := unmarshalPool(d)
+			if err != nil {
+				return err
+			}
+			a.Pools = append(a.Pools, p)
 		case "jobs":
 			if a.JobsConfig == nil {
 				a.JobsConfig = &JobsConfig{}
@@ -145,6 +153,8 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		var err error
 		switch name {
+		case "default_pool":
+			c.DefaultPool = v
 		case "concurrency":
 			c.Concurrency, err = strconv.Atoi(v)
 		case "max_queued":
@@ -179,3 +189,90 @@ func parseDuration(v string, into *caddy.Duration) error {
 }
 
 var _ caddyfile.Unmarshaler = (*App)(nil)
+
+// unmarshalPool reads a pool block:
+//
+//	pool <name> builtin {
+//		concurrency <n>
+//	}
+//	pool <name> comfyui {
+//		worker <url> {
+//			header <name> <value>
+//			concurrency <n>
+//		}
+//		refresh <duration>
+//	}
+func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
+	p := new(PoolConfig)
+	if !d.AllArgs(&p.Name, &p.Kind) {
+		return nil, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "concurrency":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, d.Errf("concurrency: %v", err)
+			}
+			p.Concurrency = n
+		case "refresh":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			if err := parseDuration(v, &p.Refresh); err != nil {
+				return nil, d.Errf("refresh: %v", err)
+			}
+		case "worker":
+			w, err := unmarshalWorker(d)
+			if err != nil {
+				return nil, err
+			}
+			p.Workers = append(p.Workers, w)
+		default:
+			return nil, d.Errf("unknown pool option %q", d.Val())
+		}
+	}
+	return p, nil
+}
+
+func unmarshalWorker(d *caddyfile.Dispenser) (ComfyUIWorker, error) {
+	var w ComfyUIWorker
+	if !d.NextArg() {
+		return w, d.ArgErr()
+	}
+	w.URL = d.Val()
+	if d.NextArg() {
+		return w, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "header":
+			var k, v string
+			if !d.AllArgs(&k, &v) {
+				return w, d.ArgErr()
+			}
+			if w.Headers == nil {
+				w.Headers = map[string]string{}
+			}
+			w.Headers[k] = v
+		case "concurrency":
+			var v string
+			if !d.AllArgs(&v) {
+				return w, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return w, d.Errf("worker concurrency: %v", err)
+			}
+			w.Concurrency = n
+		default:
+			return w, d.Errf("unknown worker option %q", d.Val())
+		}
+	}
+	return w, nil
+}

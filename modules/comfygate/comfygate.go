@@ -21,7 +21,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/assets"
-	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 )
@@ -54,16 +53,19 @@ type App struct {
 	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
 	// JobsConfig configures job submission and execution.
 	JobsConfig *JobsConfig `json:"jobs,omitempty"`
+	// Pools are the worker pools jobs run on. A builtin pool named
+	// "builtin" exists even when not listed.
+	Pools []*PoolConfig `json:"pools,omitempty"`
 
-	ctx      caddy.Context
-	logger   *zap.Logger
-	key      string
-	res      *resources
-	builtin  *jobs.BuiltinExecutor
-	stopping chan struct{}
-	stopOnce sync.Once
-	cancel   context.CancelFunc
-	stopped  []<-chan struct{}
+	ctx       caddy.Context
+	logger    *zap.Logger
+	key       string
+	res       *resources
+	executors map[string]poolExecutor
+	stopping  chan struct{}
+	stopOnce  *sync.Once
+	cancel    context.CancelFunc
+	stopped   []<-chan struct{}
 }
 
 // StorageConfig selects a storage backend.
@@ -98,8 +100,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
 	a.applyDefaults()
-	a.builtin = new(jobs.BuiltinExecutor)
+	if err := a.provisionPools(); err != nil {
+		return err
+	}
 	a.stopping = make(chan struct{})
+	a.stopOnce = new(sync.Once)
 	eventsApp, err := ctx.App("events")
 	if err != nil {
 		return err
@@ -186,6 +191,9 @@ func (a *App) Validate() error {
 	if a.AssetRetention < 0 {
 		return fmt.Errorf("comfygate: asset_retention must not be negative")
 	}
+	if err := a.validatePools(); err != nil {
+		return err
+	}
 	return a.JobsConfig.validate()
 }
 
@@ -204,7 +212,12 @@ func (a *App) Start() error {
 	}()
 	a.stopped = []<-chan struct{}{maintained}
 	if !a.JobsConfig.NoExecute {
-		a.stopped = append(a.stopped, a.startDispatcher(loopCtx))
+		for name, pe := range a.executors {
+			if pe.start != nil {
+				pe.start()
+			}
+			a.stopped = append(a.stopped, a.startDispatcher(loopCtx, name, pe))
+		}
 	}
 	return nil
 }

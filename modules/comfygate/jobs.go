@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/google/uuid"
+	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/modules/workflow"
@@ -34,13 +35,13 @@ type JobsConfig struct {
 	// MaxStreams bounds the event streams one account may hold open in this
 	// process. Default 16.
 	MaxStreams int `json:"max_streams,omitempty"`
+	// DefaultPool is the pool comfy_jobs submits to when it names none.
+	// Default "builtin".
+	DefaultPool string `json:"default_pool,omitempty"`
 	// NoExecute makes this process serve the API only: it queues, streams
 	// and cancels jobs but runs none (other processes on the same storage do).
 	NoExecute bool `json:"no_execute,omitempty"`
 }
-
-// builtinPool is the name of the pool of the built-in executor.
-const builtinPool = "builtin"
 
 func (c *JobsConfig) applyDefaults() {
 	if c.Concurrency == 0 {
@@ -78,16 +79,25 @@ func (c *JobsConfig) validate() error {
 	return nil
 }
 
-// Jobs returns the jobs service. Valid after Ready.
-func (a *App) Jobs() *jobs.Service {
+// DefaultPool is the pool comfy_jobs submits to when it names none.
+func (a *App) DefaultPool() string {
+	if a.JobsConfig.DefaultPool != "" {
+		return a.JobsConfig.DefaultPool
+	}
+	return BuiltinPool
+}
+
+// Jobs returns the jobs service of a pool (which must exist; see HasPool).
+// Valid after Ready.
+func (a *App) Jobs(pool string) *jobs.Service {
 	return &jobs.Service{
 		Store:     a.res.store,
 		Blobs:     a.res.blobs,
 		Bus:       a.res.bus,
-		Catalog:   a.builtin.Catalog,
+		Catalog:   a.executors[pool].exec.Catalog,
 		ExtraData: a.res.extraData,
 		Config: jobs.Config{
-			Pool:      builtinPool,
+			Pool:      pool,
 			MaxQueued: a.JobsConfig.MaxQueued,
 			Retention: time.Duration(a.JobsConfig.Retention),
 			Limits:    workflow.DefaultLimits(),
@@ -102,26 +112,26 @@ func (a *App) MaxStreams() int { return a.JobsConfig.MaxStreams }
 // long-lived responses (event streams) end instead of holding up a reload.
 func (a *App) Stopping() <-chan struct{} { return a.stopping }
 
-// startDispatcher runs the built-in pool's dispatcher until ctx ends.
-func (a *App) startDispatcher(ctx context.Context) <-chan struct{} {
+// startDispatcher runs a pool's dispatcher until ctx ends.
+func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor) <-chan struct{} {
 	done := make(chan struct{})
 	host, _ := os.Hostname()
 	d := &jobs.Dispatcher{
 		Store:     a.res.store,
 		Blobs:     a.res.blobs,
 		Bus:       a.res.bus,
-		Exec:      a.builtin,
+		Exec:      pe.exec,
 		ExtraData: a.res.extraData,
 		Config: jobs.DispatcherConfig{
-			Pool:         builtinPool,
-			Concurrency:  a.JobsConfig.Concurrency,
+			Pool:         pool,
+			Concurrency:  pe.capacity,
 			Lease:        time.Duration(a.JobsConfig.Lease),
 			MaxAttempts:  a.JobsConfig.MaxAttempts,
 			RunningBound: time.Duration(a.JobsConfig.RunningBound),
 			PollInterval: time.Second,
 		},
 		Owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
-		Logger: a.logger.Named("dispatcher"),
+		Logger: a.logger.Named("dispatcher").With(zap.String("pool", pool)),
 	}
 	go func() {
 		defer close(done)

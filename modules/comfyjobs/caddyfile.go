@@ -13,12 +13,16 @@ func init() {
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
-//	comfy_jobs
+//	comfy_jobs [<pool>]
 //
-// Queue, retention, lease and stream bounds are options of the comfygate
+// The pool defaults to the comfygate app's default pool. Queue, retention,
+// lease and stream bounds are options of the comfygate
 // global option's jobs block.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
+	if d.NextArg() {
+		h.Pool = d.Val()
+	}
 	if d.NextArg() {
 		return d.ArgErr()
 	}

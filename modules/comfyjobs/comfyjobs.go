@@ -41,6 +41,10 @@ const (
 
 // Handler serves /api/v2/jobs.
 type Handler struct {
+	// Pool is the worker pool jobs submitted here run on. Default: the
+	// comfygate app's default pool.
+	Pool string `json:"pool,omitempty"`
+
 	app     *comfygate.App
 	streams *streamLimiter
 }
@@ -60,6 +64,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("comfy_jobs: %w", err)
 	}
 	h.app = app.(*comfygate.App)
+	if h.Pool == "" {
+		h.Pool = h.app.DefaultPool()
+	}
+	if !h.app.HasPool(h.Pool) {
+		return fmt.Errorf("comfy_jobs: no pool named %q in the comfygate app", h.Pool)
+	}
 	h.streams = newStreamLimiter(h.app.MaxStreams())
 	return nil
 }
@@ -77,7 +87,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := h.app.Ready(); err != nil {
 		return apierr.Upstream(err)
 	}
-	svc := h.app.Jobs()
+	svc := h.app.Jobs(h.Pool)
 	parts := strings.Split(rest, "/")
 	switch {
 	case len(parts) == 1:

@@ -155,12 +155,17 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 	var status string
 	var jobErr json.RawMessage
 	var ne *NodeError
+	var lost *WorkerLostError
 	switch {
 	case errors.Is(cause, errLeaseLost):
 		log.Warn("attempt lost its lease; abandoning it")
 		return
 	case parent.Err() != nil:
 		return // shutting down: the lease hands the job on
+	case errors.As(err, &lost) && !errors.Is(cause, errCanceled):
+		log.Warn("worker lost; handing the job back", zap.Error(err))
+		d.release(parent, job)
+		return
 	case errors.Is(cause, errCanceled):
 		status = storage.JobCanceled
 	case err == nil:
@@ -183,6 +188,27 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 	d.ExtraData.Delete(job.ID)
 	publishStatus(parent, d.Bus, done)
 }
+
+// release hands a job whose worker was lost back to the queue (or fails it
+// once it has had its attempts).
+func (d *Dispatcher) release(ctx context.Context, job storage.Job) {
+	j, err := d.Store.ReleaseJob(context.WithoutCancel(ctx), job.ID, job.Attempt, d.Config.MaxAttempts, workerLostJSON)
+	if err != nil {
+		if !errors.Is(err, storage.ErrLeaseLost) {
+			d.Logger.Error("handing a job back", zap.String("job_id", job.ID), zap.Error(err))
+		}
+		return
+	}
+	publishStatus(ctx, d.Bus, j)
+	if j.Status == storage.JobQueued {
+		_ = d.Bus.Publish(ctx, bus.Event{JobID: j.ID, Kind: "queued", Pool: j.Pool})
+	} else {
+		d.ExtraData.Delete(j.ID)
+	}
+}
+
+// workerLostJSON is the job.error of a job that ran out of attempts.
+var workerLostJSON = ErrorJSON("worker_lost", "the worker running this job stopped answering and the job ran out of attempts")
 
 // keepLease renews the attempt's lease until ctx ends, and cancels the run
 // when the job is canceled or the lease is lost.
@@ -301,7 +327,6 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 func (d *Dispatcher) reap(ctx context.Context) {
 	t := time.NewTicker(d.Config.Lease / 2)
 	defer t.Stop()
-	lost := ErrorJSON("worker_lost", "the worker running this job stopped answering and the job ran out of attempts")
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,7 +334,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		changed, err := d.Store.ReclaimExpired(ctx, now, d.Config.MaxAttempts, lost)
+		changed, err := d.Store.ReclaimExpired(ctx, now, d.Config.MaxAttempts, workerLostJSON)
 		if err != nil && ctx.Err() == nil {
 			d.Logger.Error("reclaiming expired leases", zap.Error(err))
 		}

@@ -64,6 +64,16 @@ type Executor interface {
 	Execute(ctx context.Context, run *Run) error
 }
 
+// WorkerLostError means the attempt's worker stopped answering or lost the
+// job. The dispatcher hands the job back at once for another worker, until
+// the job has had its maximum attempts; then it fails with worker_lost.
+type WorkerLostError struct{ Err error }
+
+func (e *WorkerLostError) Error() string { return "worker lost: " + e.Err.Error() }
+
+// Unwrap exposes the cause.
+func (e *WorkerLostError) Unwrap() error { return e.Err }
+
 // NodeError is a workflow failure: the job.error the caller sees.
 type NodeError struct {
 	// Code is the job.error code, node_execution_error by default.

@@ -260,3 +260,33 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 	sortJobs(jobs)
 	return jobs, err
 }
+
+// ReleaseJob implements storage.JobStore.
+func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
+	if len(jobErr) > 0 && !validJSON(jobErr) {
+		return storage.Job{}, errors.New("embedded: ReleaseJob: error object is not valid JSON")
+	}
+	maxAttempts = max(maxAttempts, 1)
+	t := formatTime(now())
+	var jobs []storage.Job
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET
+				status = CASE WHEN status = 'canceling' THEN 'canceled'
+					WHEN attempt >= ? THEN 'failed' ELSE 'queued' END,
+				error = CASE WHEN status = 'running' AND attempt >= ? THEN ? ELSE error END,
+				completed_at = CASE WHEN status = 'canceling' OR attempt >= ? THEN ? ELSE NULL END,
+				lease_owner = NULL, lease_expires_at = NULL
+			WHERE `+ownsLease+`
+			RETURNING `+jobColumns,
+			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, id, attempt)
+		return err
+	})
+	if err != nil {
+		return storage.Job{}, err
+	}
+	if len(jobs) == 0 {
+		return storage.Job{}, storage.ErrLeaseLost
+	}
+	return jobs[0], nil
+}

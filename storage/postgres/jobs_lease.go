@@ -253,3 +253,28 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 	sortJobs(jobs)
 	return jobs, nil
 }
+
+// ReleaseJob implements storage.JobStore.
+func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
+	if len(jobErr) > 0 && !validJSON(jobErr) {
+		return storage.Job{}, errors.New("postgres: release: error object is not valid JSON")
+	}
+	if !isUUID(id) {
+		return storage.Job{}, storage.ErrLeaseLost
+	}
+	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
+			status = CASE WHEN status = 'canceling' THEN 'canceled'
+				WHEN attempt >= $3 THEN 'failed' ELSE 'queued' END,
+			error = CASE WHEN status = 'running' AND attempt >= $3 THEN $4::text::json ELSE error END,
+			completed_at = CASE WHEN status = 'canceling' OR attempt >= $3 THEN now() ELSE NULL END,
+			lease_owner = NULL, lease_expires_at = NULL
+		WHERE `+ownsLease+`
+		RETURNING `+jobColumns, id, attempt, max(maxAttempts, 1), jsonParam(jobErr))
+	if err != nil {
+		return storage.Job{}, fmt.Errorf("postgres: release: %w", err)
+	}
+	if len(jobs) == 0 {
+		return storage.Job{}, storage.ErrLeaseLost
+	}
+	return jobs[0], nil
+}

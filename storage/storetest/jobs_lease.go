@@ -18,6 +18,7 @@ var jobLeaseCases = []storeCase{
 	{"StaleAttemptRejected", testStaleAttemptRejected},
 	{"ReclaimDropsEarlierOutputs", testReclaimDropsEarlierOutputs},
 	{"MaxAttemptsFails", testMaxAttemptsFails},
+	{"ReleaseJob", testReleaseJob},
 	{"ReclaimCanceling", testReclaimCanceling},
 	{"ExpireJobs", testExpireJobs},
 	{"AssetInUse", testAssetInUse},
@@ -463,5 +464,43 @@ func checkHeld(t *testing.T, st storage.Store, account, id string) {
 	wantNotFound(t, "DeleteAsset of another account's output", err)
 	if _, err := st.GetAsset(ctx(t), account, id); err != nil {
 		t.Errorf("held output after refused deletes: GetAsset: %v", err)
+	}
+}
+
+// testReleaseJob: a released attempt's job is queued again at once, its
+// stale attempt can no longer write, the last allowed attempt fails it with
+// the given error, and a canceling job ends canceled.
+func testReleaseJob(t *testing.T, st storage.Store) {
+	fs := newFakeFS()
+	account, pool := newID(), newID()
+	jobErr := json.RawMessage(`{"code":"worker_lost","message":"gone"}`)
+	job := mustCreateJob(t, st, newJob(account, pool))
+
+	first := mustClaim(t, st, fs, pool)
+	got, err := st.ReleaseJob(ctx(t), job.ID, first.Attempt, 2, jobErr)
+	if err != nil || got.Status != storage.JobQueued || got.Error != nil || got.CompletedAt != nil {
+		t.Fatalf("release of attempt 1 of 2: %+v, %v; want queued without error", got, err)
+	}
+	_, err = st.ReleaseJob(ctx(t), job.ID, first.Attempt, 2, jobErr)
+	wantErr(t, "releasing the same attempt twice", err, storage.ErrLeaseLost)
+	wantErr(t, "SetProgress of the released attempt", st.SetProgress(ctx(t), job.ID, first.Attempt, json.RawMessage(`{}`)), storage.ErrLeaseLost)
+
+	second := mustClaim(t, st, fs, pool)
+	if second.ID != job.ID || second.Attempt != 2 {
+		t.Fatalf("reclaim after release: %s attempt %d", second.ID, second.Attempt)
+	}
+	got, err = st.ReleaseJob(ctx(t), job.ID, second.Attempt, 2, jobErr)
+	if err != nil || got.Status != storage.JobFailed || string(got.Error) != string(jobErr) || got.CompletedAt == nil {
+		t.Fatalf("release of the last attempt: %+v, %v; want failed with %s", got, err, jobErr)
+	}
+
+	other := mustCreateJob(t, st, newJob(account, pool))
+	claimed := mustClaim(t, st, fs, pool)
+	if _, err := st.CancelJob(ctx(t), account, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = st.ReleaseJob(ctx(t), other.ID, claimed.Attempt, 3, jobErr)
+	if err != nil || got.Status != storage.JobCanceled {
+		t.Fatalf("release of a canceling job: %+v, %v; want canceled", got, err)
 	}
 }

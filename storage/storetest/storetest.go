@@ -213,6 +213,14 @@ func wantNotFound(t *testing.T, what string, err error) {
 	}
 }
 
+// wantErr fails unless errors.Is(err, want).
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: err = %v, want %v", what, err, want)
+	}
+}
+
 // checkUTC fails when tm is not in UTC.
 func checkUTC(t *testing.T, what string, tm time.Time) {
 	t.Helper()
