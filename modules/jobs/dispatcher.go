@@ -309,6 +309,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 	if err != nil {
 		return storage.Output{}, err
 	}
+	expires := job.ExpiresAt
 	return d.Store.AddOutput(ctx, job.ID, job.Attempt, storage.NewOutput{
 		NodeID: f.NodeID,
 		Name:   f.Name,
@@ -319,6 +320,8 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 			SizeBytes:   size,
 			ContentType: f.ContentType,
 			FilePath:    path.Join(f.Subfolder, f.Name),
+			// Outputs live as long as their job; the sweeper removes them after.
+			ExpiresAt: &expires,
 		},
 	}, func(string) error { return up.Publish() })
 }
