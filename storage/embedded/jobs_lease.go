@@ -221,12 +221,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 	var jobs []storage.Job
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET
-				status = CASE WHEN status = 'canceling' THEN 'canceled'
-					WHEN attempt >= ? THEN 'failed' ELSE 'queued' END,
-				error = CASE WHEN status = 'running' AND attempt >= ? THEN ? ELSE error END,
-				completed_at = CASE WHEN status = 'canceling' OR attempt >= ? THEN ? ELSE NULL END,
-				lease_owner = NULL, lease_expires_at = NULL
+		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET `+handBack+`
 			WHERE status IN ('running', 'canceling') AND lease_expires_at < ?
 			RETURNING `+jobColumns,
 			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, t)
@@ -261,6 +256,16 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 	return jobs, err
 }
 
+// handBack is the SET clause that takes a job from an attempt that is gone:
+// canceling ends canceled, running goes back to the queue or, at the last
+// attempt, fails. Its parameters are maxAttempts, maxAttempts, the error
+// object, maxAttempts and the completion time.
+const handBack = `status = CASE WHEN status = 'canceling' THEN 'canceled'
+		WHEN attempt >= ? THEN 'failed' ELSE 'queued' END,
+	error = CASE WHEN status = 'running' AND attempt >= ? THEN ? ELSE error END,
+	completed_at = CASE WHEN status = 'canceling' OR attempt >= ? THEN ? ELSE NULL END,
+	lease_owner = NULL, lease_expires_at = NULL`
+
 // ReleaseJob implements storage.JobStore.
 func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
 	if len(jobErr) > 0 && !validJSON(jobErr) {
@@ -271,12 +276,7 @@ func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts 
 	var jobs []storage.Job
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET
-				status = CASE WHEN status = 'canceling' THEN 'canceled'
-					WHEN attempt >= ? THEN 'failed' ELSE 'queued' END,
-				error = CASE WHEN status = 'running' AND attempt >= ? THEN ? ELSE error END,
-				completed_at = CASE WHEN status = 'canceling' OR attempt >= ? THEN ? ELSE NULL END,
-				lease_owner = NULL, lease_expires_at = NULL
+		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET `+handBack+`
 			WHERE `+ownsLease+`
 			RETURNING `+jobColumns,
 			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, id, attempt)
