@@ -163,6 +163,11 @@ func (s *stream) snapshot(j storage.Job) (done bool, err error) {
 			return false, err
 		}
 	}
+	if p, ok := s.svc.Bus.LatestPreview(j.ID); ok {
+		if err := s.frame("preview", p.Data); err != nil {
+			return false, err
+		}
+	}
 	return false, s.outputs(j)
 }
 

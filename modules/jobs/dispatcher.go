@@ -36,8 +36,12 @@ type DispatcherConfig struct {
 	PollInterval time.Duration
 }
 
-// progressInterval throttles progress snapshots within one node.
-const progressInterval = 250 * time.Millisecond
+// Throttles: progress snapshots within one node, and live previews (the
+// contract's ~2 per second).
+const (
+	progressInterval = 250 * time.Millisecond
+	previewInterval  = 500 * time.Millisecond
+)
 
 var (
 	errCanceled  = errors.New("jobs: canceled")
@@ -244,7 +248,7 @@ func (d *Dispatcher) keepLease(ctx context.Context, job storage.Job, watch *bus.
 
 // newRun binds an attempt's callbacks.
 func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow.Graph, cancel context.CancelCauseFunc) *Run {
-	var lastProgress time.Time
+	var lastProgress, lastPreview time.Time
 	lastDone := -1
 	return &Run{
 		Job:       job,
@@ -272,6 +276,11 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			_ = d.Bus.Publish(ctx, bus.Event{JobID: job.ID, Kind: "progress", Data: data})
 		},
 		Preview: func(nodeID, contentType string, data []byte) {
+			now := time.Now()
+			if now.Sub(lastPreview) < previewInterval {
+				return
+			}
+			lastPreview = now
 			payload, _ := json.Marshal(map[string]any{"node_id": nodeID, "content_type": contentType, "data_base64": data})
 			_ = d.Bus.Publish(ctx, bus.Event{JobID: job.ID, Kind: "preview", Data: payload})
 		},

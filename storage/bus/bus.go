@@ -36,6 +36,8 @@ type Bus interface {
 	Subscribe(jobID string) *Subscription
 	// SubscribeQueued returns a subscription to every queued event.
 	SubscribeQueued() *Subscription
+	// LatestPreview returns the newest preview of a running job.
+	LatestPreview(jobID string) (Event, bool)
 	// Close stops delivery.
 	Close() error
 }
@@ -61,17 +63,66 @@ func (s *Subscription) Cancel() { s.hub.remove(s) }
 // subscriptionBuffer is how many events a slow subscriber may fall behind.
 const subscriptionBuffer = 64
 
-// Hub is the in-process fan-out.
+// maxPreviews bounds how many jobs' latest previews a hub remembers.
+const maxPreviews = 1024
+
+// Hub is the in-process fan-out. It also remembers the latest preview of
+// each running job, so that a stream opened mid-run starts with it.
 type Hub struct {
-	mu   sync.RWMutex
-	subs map[string]map[*Subscription]struct{}
+	mu       sync.RWMutex
+	subs     map[string]map[*Subscription]struct{}
+	previews map[string]Event
 }
 
 // NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{subs: map[string]map[*Subscription]struct{}{}} }
+func NewHub() *Hub {
+	return &Hub{subs: map[string]map[*Subscription]struct{}{}, previews: map[string]Event{}}
+}
+
+// LatestPreview returns the newest preview event of a job, if any.
+func (h *Hub) LatestPreview(jobID string) (Event, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	e, ok := h.previews[jobID]
+	return e, ok
+}
+
+// remember keeps a job's newest preview and forgets it when the job ends.
+func (h *Hub) remember(e Event) {
+	switch e.Kind {
+	case "preview":
+		h.mu.Lock()
+		if _, known := h.previews[e.JobID]; !known && len(h.previews) >= maxPreviews {
+			for id := range h.previews { // drop an arbitrary one; previews are hints
+				delete(h.previews, id)
+				break
+			}
+		}
+		h.previews[e.JobID] = e
+		h.mu.Unlock()
+	case "status":
+		var s struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(e.Data, &s) == nil && terminal(s.Status) {
+			h.mu.Lock()
+			delete(h.previews, e.JobID)
+			h.mu.Unlock()
+		}
+	}
+}
+
+func terminal(status string) bool {
+	switch status {
+	case "succeeded", "canceled", "failed", "expired":
+		return true
+	}
+	return false
+}
 
 // Deliver hands e to this process's subscribers.
 func (h *Hub) Deliver(e Event) {
+	h.remember(e)
 	key := e.JobID
 	if e.Kind == "queued" {
 		key = queuedKey

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -58,5 +59,28 @@ func TestHubCancelRemoves(t *testing.T) {
 	s2.Cancel()
 	if h.Subscribers() != 0 || len(h.subs) != 0 {
 		t.Fatalf("subscriptions left: %d, keys %d", h.Subscribers(), len(h.subs))
+	}
+}
+
+func TestHubRemembersTheLatestPreviewUntilTheJobEnds(t *testing.T) {
+	h := NewHub()
+	if _, ok := h.LatestPreview("a"); ok {
+		t.Fatal("a preview before any was published")
+	}
+	h.Deliver(Event{JobID: "a", Kind: "preview", Data: []byte(`{"n":1}`)})
+	h.Deliver(Event{JobID: "a", Kind: "preview", Data: []byte(`{"n":2}`)})
+	h.Deliver(Event{JobID: "a", Kind: "status", Data: []byte(`{"status":"running"}`)})
+	if e, ok := h.LatestPreview("a"); !ok || string(e.Data) != `{"n":2}` {
+		t.Fatalf("latest preview = %s, %v", e.Data, ok)
+	}
+	h.Deliver(Event{JobID: "a", Kind: "status", Data: []byte(`{"status":"succeeded"}`)})
+	if _, ok := h.LatestPreview("a"); ok {
+		t.Fatal("the preview of an ended job is still held")
+	}
+	for i := 0; i < maxPreviews+10; i++ {
+		h.Deliver(Event{JobID: fmt.Sprint(i), Kind: "preview"})
+	}
+	if len(h.previews) > maxPreviews {
+		t.Fatalf("%d previews held, bound %d", len(h.previews), maxPreviews)
 	}
 }
