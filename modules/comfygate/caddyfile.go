@@ -201,6 +201,9 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //			concurrency <n>
 //		}
 //		refresh <duration>
+//		unhealthy_after <duration>
+//		reconnect_max <duration>
+//		request_timeout <duration>
 //	}
 func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 	p := new(PoolConfig)
@@ -219,13 +222,16 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 				return nil, d.Errf("concurrency: %v", err)
 			}
 			p.Concurrency = n
-		case "refresh":
+		case "refresh", "unhealthy_after", "reconnect_max", "request_timeout":
+			name := d.Val()
 			var v string
 			if !d.AllArgs(&v) {
 				return nil, d.ArgErr()
 			}
-			if err := parseDuration(v, &p.Refresh); err != nil {
-				return nil, d.Errf("refresh: %v", err)
+			into := map[string]*caddy.Duration{"refresh": &p.Refresh, "unhealthy_after": &p.UnhealthyAfter,
+				"reconnect_max": &p.ReconnectMax, "request_timeout": &p.RequestTimeout}[name]
+			if err := parseDuration(v, into); err != nil {
+				return nil, d.Errf("%s: %v", name, err)
 			}
 		case "worker":
 			w, err := unmarshalWorker(d)

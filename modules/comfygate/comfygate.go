@@ -11,6 +11,7 @@ package comfygate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -62,6 +63,7 @@ type App struct {
 	key       string
 	res       *resources
 	executors map[string]poolExecutor
+	poolKeys  []string
 	stopping  chan struct{}
 	stopOnce  *sync.Once
 	cancel    context.CancelFunc
@@ -211,11 +213,13 @@ func (a *App) Start() error {
 		a.maintain(loopCtx)
 	}()
 	a.stopped = []<-chan struct{}{maintained}
-	if !a.JobsConfig.NoExecute {
-		for name, pe := range a.executors {
-			if pe.start != nil {
-				pe.start()
-			}
+	for name, pe := range a.executors {
+		// Pools connect even on an API-only process: validation needs
+		// their node catalogs.
+		if pe.start != nil {
+			pe.start()
+		}
+		if !a.JobsConfig.NoExecute {
 			a.stopped = append(a.stopped, a.startDispatcher(loopCtx, name, pe))
 		}
 	}
@@ -248,13 +252,19 @@ func (a *App) Stop() error {
 	return nil
 }
 
-// Cleanup releases this configuration's reference to the shared resources.
+// Cleanup releases this configuration's references to the shared
+// resources and pools.
 func (a *App) Cleanup() error {
+	var errs []error
+	for _, k := range a.poolKeys {
+		_, err := pool.Delete(k)
+		errs = append(errs, err)
+	}
 	if a.key != "" {
 		_, err := pool.Delete(a.key)
-		return err
+		errs = append(errs, err)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Ready opens the shared backends if they are not open yet. Handlers call

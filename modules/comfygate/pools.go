@@ -1,11 +1,15 @@
 package comfygate
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/modules/comfyui"
 	"github.com/comfygate/comfygate/modules/jobs"
 )
 
@@ -31,8 +35,18 @@ type PoolConfig struct {
 	// Workers are, for a comfyui pool, the ComfyUI servers.
 	Workers []ComfyUIWorker `json:"workers,omitempty"`
 	// Refresh is, for a comfyui pool, how often each worker's /object_info
-	// is re-read. Default 5m.
+	// is re-read (it is also re-read on every reconnect). Default 1m.
 	Refresh caddy.Duration `json:"refresh,omitempty"`
+	// UnhealthyAfter is, for a comfyui pool, how long a worker may stop
+	// answering before it leaves rotation and its jobs are handed to another
+	// worker. Default 30s.
+	UnhealthyAfter caddy.Duration `json:"unhealthy_after,omitempty"`
+	// ReconnectMax caps, for a comfyui pool, the backoff between WebSocket
+	// reconnects. Default 10s.
+	ReconnectMax caddy.Duration `json:"reconnect_max,omitempty"`
+	// RequestTimeout bounds, for a comfyui pool, one HTTP request to a
+	// worker, output downloads and input uploads included. Default 60s.
+	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
 }
 
 // ComfyUIWorker is one ComfyUI server of a comfyui pool.
@@ -115,9 +129,57 @@ func (a *App) provisionPools() error {
 				n = a.JobsConfig.Concurrency
 			}
 			a.executors[p.Name] = poolExecutor{exec: new(jobs.BuiltinExecutor), capacity: n}
-		default:
-			return fmt.Errorf("comfygate: pool %q: kind %q is not available in this build", p.Name, p.Kind)
+		case KindComfyUI:
+			pe, err := a.comfyUIPool(p)
+			if err != nil {
+				return err
+			}
+			a.executors[p.Name] = pe
 		}
 	}
 	return nil
 }
+
+// comfyUIPool returns the shared ComfyUI pool for p's configuration: a
+// reload that keeps the configuration keeps its connections.
+func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
+	repl := caddy.NewReplacer()
+	cfg := comfyui.Config{
+		RefreshInterval: time.Duration(p.Refresh),
+		ReconnectMax:    time.Duration(p.ReconnectMax),
+		RequestTimeout:  time.Duration(p.RequestTimeout),
+		UnhealthyAfter:  time.Duration(p.UnhealthyAfter),
+	}
+	for _, w := range p.Workers {
+		headers := make(map[string]string, len(w.Headers))
+		for k, v := range w.Headers {
+			headers[k] = repl.ReplaceKnown(v, "")
+		}
+		cfg.Workers = append(cfg.Workers, comfyui.WorkerConfig{URL: w.URL, Headers: headers, Concurrency: w.Concurrency})
+	}
+	key, err := json.Marshal(struct {
+		Name string
+		Cfg  comfyui.Config
+	}{p.Name, cfg})
+	if err != nil {
+		return poolExecutor{}, err
+	}
+	val, _, err := pool.LoadOrNew("comfyui:"+string(key), func() (caddy.Destructor, error) {
+		cp, err := comfyui.New(cfg, a.logger.Named("comfyui").With(zap.String("pool", p.Name)))
+		if err != nil {
+			return nil, fmt.Errorf("comfygate: pool %q: %w", p.Name, err)
+		}
+		return comfyUIDestructor{cp}, nil
+	})
+	if err != nil {
+		return poolExecutor{}, err
+	}
+	a.poolKeys = append(a.poolKeys, "comfyui:"+string(key))
+	cp := val.(comfyUIDestructor).Pool
+	return poolExecutor{exec: cp, capacity: cp.Capacity(), start: cp.Start}, nil
+}
+
+// comfyUIDestructor closes a ComfyUI pool when no configuration uses it.
+type comfyUIDestructor struct{ *comfyui.Pool }
+
+func (d comfyUIDestructor) Destruct() error { return d.Close() }

@@ -264,8 +264,8 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 		},
 		Progress: func(ctx context.Context, p Progress) {
 			now := time.Now()
-			if p.NodesDone == lastDone && now.Sub(lastProgress) < progressInterval {
-				return
+			if p.NodesDone == lastDone && p.Value < 1 && now.Sub(lastProgress) < progressInterval {
+				return // within a node; the final snapshot always passes
 			}
 			lastProgress, lastDone = now, p.NodesDone
 			data, _ := json.Marshal(p)

@@ -75,6 +75,9 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 	}
 	cat, err := s.Catalog(ctx)
 	if err != nil {
+		if _, typed := apierr.As(err); typed {
+			return storage.Job{}, err // e.g. 503 while no worker of the pool answers
+		}
 		return storage.Job{}, apierr.Upstream(fmt.Errorf("loading the node catalog: %w", err))
 	}
 	resolved, err := s.resolveAssets(ctx, account, sub.Workflow, cat)

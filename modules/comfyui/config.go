@@ -1,0 +1,123 @@
+// Package comfyui runs jobs on pools of ComfyUI servers over ComfyUI's own
+// HTTP + WebSocket protocol. A Pool is a jobs.Executor: it keeps one
+// long-lived socket per worker, builds the pool's node catalog from the
+// workers' /object_info, stages a job's assets with /upload/image, submits
+// the graph with /prompt and turns the worker's events into progress,
+// previews and outputs. It absorbs the protocol's traps (a 200 carrying
+// node_errors, history written after execution_success, history lost on
+// restart, events sent only to the submitting client_id) and the workers'
+// failures (crashes, dropped sockets), which become jobs.WorkerLostError so
+// that the dispatcher hands the job to another worker.
+//
+// Staged inputs: ComfyUI has no route that deletes a file from its input
+// directory (only /history and /queue entries can be deleted), so staged
+// inputs are uploaded into a per-job subfolder, comfygate/<job id>, which an
+// operator may prune; they are never overwritten with empty files.
+package comfyui
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// WorkerConfig is one ComfyUI server of a pool.
+type WorkerConfig struct {
+	// URL is the server's base URL, for example http://127.0.0.1:8188.
+	URL string `json:"url"`
+	// Headers are sent on every request and on the WebSocket handshake (for
+	// example a token for a proxy in front of ComfyUI). Never logged.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Concurrency is how many attempts this pool keeps on the worker at once
+	// (running or waiting in its queue). Default 1.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// Config configures a Pool. Zero durations take the defaults below.
+type Config struct {
+	Workers []WorkerConfig `json:"workers,omitempty"`
+	// RefreshInterval is how often each worker's /object_info is re-read
+	// (it is also re-read on every reconnect). Default 1m.
+	RefreshInterval time.Duration
+	// ReconnectMax caps the backoff between WebSocket reconnects. Default 10s.
+	ReconnectMax time.Duration
+	// RequestTimeout bounds one HTTP request to a worker (output downloads
+	// and uploads included). Default 60s.
+	RequestTimeout time.Duration
+	// UnhealthyAfter: a worker that stops answering (socket and HTTP) this
+	// long is out of rotation and its running attempts return
+	// jobs.WorkerLostError. It also bounds how long Execute waits for a
+	// healthy worker that has the graph's classes. Default 30s.
+	UnhealthyAfter time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultRefreshInterval = time.Minute
+	DefaultReconnectMax    = 10 * time.Second
+	DefaultRequestTimeout  = 60 * time.Second
+	DefaultUnhealthyAfter  = 30 * time.Second
+)
+
+// historyWait bounds how long a finished prompt's /history entry is awaited
+// (ComfyUI writes it after execution_success) and how long a prompt that is
+// in neither /queue nor /history is re-checked before it counts as lost.
+const historyWait = 3 * time.Second
+
+// cancelWait bounds how long a canceled attempt waits for the worker to
+// confirm the interrupt before it returns.
+const cancelWait = 10 * time.Second
+
+// previewInterval throttles live previews to about two a second per attempt.
+const previewInterval = 500 * time.Millisecond
+
+func (c *Config) applyDefaults() {
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.UnhealthyAfter <= 0 {
+		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	for i := range c.Workers {
+		if c.Workers[i].Concurrency == 0 {
+			c.Workers[i].Concurrency = 1
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Workers) == 0 {
+		return errors.New("comfyui: a pool needs at least one worker")
+	}
+	seen := map[string]bool{}
+	for i, w := range c.Workers {
+		u, err := url.Parse(w.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("comfyui: worker %d: url %q must be an absolute http(s) URL", i, w.URL)
+		}
+		if u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("comfyui: worker %d: url %q must not have a query or fragment", i, w.URL)
+		}
+		if seen[w.URL] {
+			return fmt.Errorf("comfyui: worker %q is listed twice", w.URL)
+		}
+		seen[w.URL] = true
+		if w.Concurrency < 1 {
+			return fmt.Errorf("comfyui: worker %q: concurrency must be positive", w.URL)
+		}
+	}
+	return nil
+}
+
+// healthInterval is how often a worker is probed with GET /prompt.
+func (c *Config) healthInterval() time.Duration {
+	d := c.UnhealthyAfter / 5
+	return min(max(d, 50*time.Millisecond), 5*time.Second)
+}

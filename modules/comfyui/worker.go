@@ -1,0 +1,432 @@
+package comfyui
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/comfygate/comfygate/modules/workflow"
+)
+
+var errPoolClosed = errors.New("comfyui: pool closed")
+
+// wsReadLimit bounds one WebSocket frame; previews of large images are
+// several megabytes.
+const wsReadLimit = 64 << 20
+
+// worker is one ComfyUI server: its socket, health, catalog and the
+// attempts this pool runs on it.
+type worker struct {
+	pool *Pool
+	cfg  WorkerConfig
+	base *url.URL
+	// clientID is this worker connection's stable WebSocket session id; every
+	// prompt is submitted with it so that its events come to our socket.
+	clientID string
+	http     *http.Client
+	log      *zap.Logger
+	// firstTry is closed after the first connection attempt, so that Catalog
+	// can wait for it at startup.
+	firstTry  chan struct{}
+	firstOnce sync.Once
+
+	mu             sync.Mutex
+	healthy        bool
+	lastOK         time.Time
+	catalog        workflow.Catalog
+	catalogAt      time.Time
+	queueRemaining int
+	inflight       int
+	attempts       map[string]*attempt
+	// current is the prompt the worker executes now, the owner of
+	// unattributed (type 1) preview frames.
+	current string
+}
+
+func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
+	base, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
+	if err != nil {
+		return nil, err
+	}
+	return &worker{
+		pool:     p,
+		cfg:      cfg,
+		base:     base,
+		clientID: "comfygate-" + uuid.NewString(),
+		http:     &http.Client{},
+		log:      p.logger.With(zap.String("worker", base.Redacted()), zap.Int("worker_index", idx)),
+		firstTry: make(chan struct{}),
+		attempts: map[string]*attempt{},
+	}, nil
+}
+
+// endpoint returns the URL of a route with a query.
+func (w *worker) endpoint(route string, query url.Values) string {
+	u := *w.base
+	u.Path = strings.TrimRight(u.Path, "/") + route
+	u.RawQuery = query.Encode()
+	return u.String()
+}
+
+// markOK records that the worker answered.
+func (w *worker) markOK() {
+	w.mu.Lock()
+	w.lastOK = time.Now()
+	became := !w.healthy && w.catalog != nil
+	if became {
+		w.healthy = true
+	}
+	w.mu.Unlock()
+	if became {
+		w.log.Info("worker is healthy")
+		w.pool.notify()
+	}
+}
+
+// markFailure records a failed contact; a worker silent for UnhealthyAfter
+// leaves the rotation and its attempts are lost.
+func (w *worker) markFailure(err error) {
+	w.mu.Lock()
+	if !w.healthy || time.Since(w.lastOK) < w.pool.cfg.UnhealthyAfter {
+		w.mu.Unlock()
+		return
+	}
+	w.healthy = false
+	lost := make([]*attempt, 0, len(w.attempts))
+	for _, a := range w.attempts {
+		lost = append(lost, a)
+	}
+	w.mu.Unlock()
+	w.log.Warn("worker stopped answering; out of rotation", zap.Error(err))
+	for _, a := range lost {
+		a.push(event{kind: evLost, err: fmt.Errorf("worker %s stopped answering: %w", w.base.Redacted(), err)})
+	}
+	w.pool.notify()
+}
+
+func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.catalog, w.healthy
+}
+
+// candidate reports whether the worker is healthy and has every class;
+// load is -1 when it has no free slot.
+func (w *worker) candidate(classes []string) (load float64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.healthy || w.catalog == nil {
+		return 0, false
+	}
+	for _, c := range classes {
+		if _, has := w.catalog[c]; !has {
+			return 0, false
+		}
+	}
+	if w.inflight >= w.cfg.Concurrency {
+		return -1, true
+	}
+	return float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency), true
+}
+
+func (w *worker) reserve() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.healthy || w.inflight >= w.cfg.Concurrency {
+		return false
+	}
+	w.inflight++
+	return true
+}
+
+func (w *worker) release() {
+	w.mu.Lock()
+	w.inflight--
+	w.mu.Unlock()
+	w.pool.notify()
+}
+
+func (w *worker) register(a *attempt) {
+	w.mu.Lock()
+	w.attempts[a.promptID] = a
+	w.mu.Unlock()
+}
+
+func (w *worker) unregister(a *attempt) {
+	w.mu.Lock()
+	delete(w.attempts, a.promptID)
+	if w.current == a.promptID {
+		w.current = ""
+	}
+	w.mu.Unlock()
+}
+
+func (w *worker) catalogSnapshot() workflow.Catalog {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.catalog
+}
+
+// connectLoop keeps the worker's socket open, reconnecting with backoff.
+// Every (re)connect re-reads /object_info and asks the running attempts to
+// reconcile what they may have missed while the socket was down.
+func (w *worker) connectLoop(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		conn, err := w.dial(ctx)
+		if err == nil {
+			if err = w.refreshCatalog(ctx); err != nil {
+				conn.CloseNow()
+			}
+		}
+		if err != nil {
+			w.firstOnce.Do(func() { close(w.firstTry) })
+			if ctx.Err() != nil {
+				return
+			}
+			w.markFailure(err)
+			w.log.Debug("connecting to worker", zap.Error(err))
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		w.markOK()
+		w.firstOnce.Do(func() { close(w.firstTry) })
+		w.broadcast(event{kind: evReconnected})
+		err = w.readLoop(ctx, conn)
+		conn.CloseNow()
+		if ctx.Err() != nil {
+			w.broadcast(event{kind: evLost, err: errPoolClosed})
+			return
+		}
+		w.log.Warn("worker socket closed; reconnecting", zap.Error(err))
+	}
+}
+
+func (w *worker) broadcast(e event) {
+	w.mu.Lock()
+	as := make([]*attempt, 0, len(w.attempts))
+	for _, a := range w.attempts {
+		as = append(as, a)
+	}
+	w.mu.Unlock()
+	for _, a := range as {
+		a.push(e)
+	}
+}
+
+func (w *worker) dial(ctx context.Context) (*websocket.Conn, error) {
+	u := *w.base
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	default:
+		u.Scheme = "ws"
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/ws"
+	u.RawQuery = url.Values{"clientId": {w.clientID}}.Encode()
+	dctx, cancel := context.WithTimeout(ctx, w.pool.cfg.RequestTimeout)
+	defer cancel()
+	conn, _, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{HTTPHeader: w.headers(), HTTPClient: w.http})
+	if err != nil {
+		return nil, fmt.Errorf("websocket: %w", err)
+	}
+	conn.SetReadLimit(wsReadLimit)
+	hello := []byte(`{"type":"feature_flags","data":{"supports_preview_metadata":true}}`)
+	if err := conn.Write(dctx, websocket.MessageText, hello); err != nil {
+		conn.CloseNow()
+		return nil, fmt.Errorf("websocket feature_flags: %w", err)
+	}
+	return conn, nil
+}
+
+func (w *worker) headers() http.Header {
+	h := http.Header{}
+	for k, v := range w.cfg.Headers {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// readLoop routes frames to attempts until the socket fails.
+func (w *worker) readLoop(ctx context.Context, conn *websocket.Conn) error {
+	for {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		w.markOK()
+		if typ == websocket.MessageBinary {
+			w.routeBinary(data)
+			continue
+		}
+		var msg struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(data, &msg) != nil {
+			continue
+		}
+		w.routeText(msg.Type, msg.Data)
+	}
+}
+
+func (w *worker) routeText(typ string, data json.RawMessage) {
+	var head struct {
+		PromptID string  `json:"prompt_id"`
+		Node     *string `json:"node"`
+		Status   struct {
+			ExecInfo struct {
+				QueueRemaining int `json:"queue_remaining"`
+			} `json:"exec_info"`
+		} `json:"status"`
+	}
+	_ = json.Unmarshal(data, &head)
+	w.mu.Lock()
+	switch typ {
+	case "status":
+		w.queueRemaining = head.Status.ExecInfo.QueueRemaining
+	case "execution_start":
+		w.current = head.PromptID
+	case "executing":
+		if head.Node == nil && w.current == head.PromptID {
+			w.current = ""
+		}
+	}
+	a := w.attempts[head.PromptID]
+	w.mu.Unlock()
+	if a != nil && head.PromptID != "" {
+		a.push(event{kind: evMessage, typ: typ, data: data})
+	}
+}
+
+// routeBinary decodes preview frames: type 1 (u32 image type, bytes) goes
+// to the prompt executing now; type 4 (u32 length, metadata JSON, bytes)
+// names its prompt.
+func (w *worker) routeBinary(data []byte) {
+	if len(data) < 8 {
+		return
+	}
+	var promptID, nodeID, contentType string
+	var img []byte
+	switch binary.BigEndian.Uint32(data) {
+	case 1:
+		contentType = imageTypeName(binary.BigEndian.Uint32(data[4:]))
+		img = data[8:]
+		w.mu.Lock()
+		promptID = w.current
+		w.mu.Unlock()
+	case 4:
+		n := int(binary.BigEndian.Uint32(data[4:]))
+		if n < 0 || 8+n > len(data) {
+			return
+		}
+		var meta struct {
+			NodeID    string `json:"node_id"`
+			PromptID  string `json:"prompt_id"`
+			ImageType string `json:"image_type"`
+		}
+		if json.Unmarshal(data[8:8+n], &meta) != nil {
+			return
+		}
+		promptID, nodeID, contentType, img = meta.PromptID, meta.NodeID, meta.ImageType, data[8+n:]
+		if contentType == "" {
+			contentType = "image/png"
+		}
+	default:
+		return
+	}
+	w.mu.Lock()
+	a := w.attempts[promptID]
+	w.mu.Unlock()
+	if a != nil {
+		a.offerPreview(nodeID, contentType, img)
+	}
+}
+
+func imageTypeName(t uint32) string {
+	if t == 1 {
+		return "image/jpeg"
+	}
+	return "image/png"
+}
+
+// probeLoop polls GET /prompt for the worker's load and health, and
+// re-reads /object_info every RefreshInterval.
+func (w *worker) probeLoop(ctx context.Context) {
+	t := time.NewTicker(w.pool.cfg.healthInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var st struct {
+			ExecInfo struct {
+				QueueRemaining int `json:"queue_remaining"`
+			} `json:"exec_info"`
+		}
+		if err := w.getJSON(ctx, "/prompt", nil, &st); err != nil {
+			if ctx.Err() == nil {
+				w.markFailure(err)
+			}
+			continue
+		}
+		w.mu.Lock()
+		w.queueRemaining = st.ExecInfo.QueueRemaining
+		stale := time.Since(w.catalogAt) >= w.pool.cfg.RefreshInterval
+		w.mu.Unlock()
+		if stale {
+			if err := w.refreshCatalog(ctx); err != nil {
+				if ctx.Err() == nil {
+					w.markFailure(err)
+				}
+				continue
+			}
+		}
+		w.markOK()
+	}
+}
+
+// refreshCatalog re-reads /object_info.
+func (w *worker) refreshCatalog(ctx context.Context) error {
+	body, err := w.getBytes(ctx, "/object_info", nil)
+	if err != nil {
+		return err
+	}
+	cat, err := workflow.ParseObjectInfo(body)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.catalog, w.catalogAt = cat, time.Now()
+	w.mu.Unlock()
+	w.pool.notify()
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

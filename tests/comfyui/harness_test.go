@@ -1,0 +1,260 @@
+// Package comfyui tests a real gateway process whose jobs run on a pool of
+// two test ComfyUI peers (tests/peers/comfyui).
+package comfyui
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/tests/gateway"
+	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
+)
+
+// stack is a gateway in front of two peers.
+type stack struct {
+	g     *gateway.Gateway
+	peers []*comfyuipeer.Peer
+}
+
+// Config is the gateway's Caddyfile over the peers' URLs: pool gpu of kind
+// comfyui, submitted to by comfy_jobs gpu.
+func Config(urls ...string) string {
+	var workers strings.Builder
+	for _, u := range urls {
+		fmt.Fprintf(&workers, "\t\t\tworker %s {\n\t\t\t\tconcurrency 1\n\t\t\t}\n", u)
+	}
+	return `{
+	admin off
+	grace_period 1s
+	comfygate {
+		storage embedded ./data
+		jobs {
+			lease 5s
+			max_attempts 2
+		}
+		pool gpu comfyui {
+` + workers.String() + `			refresh 1m
+			unhealthy_after 3s
+			reconnect_max 1s
+		}
+	}
+}
+
+http://:{PORT} {
+	bind 127.0.0.1
+	route {
+		error_envelope
+		comfy_auth none
+		idempotency
+		comfy_assets
+		comfy_jobs gpu
+		error "not found" 404
+	}
+}
+`
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{peers: []*comfyuipeer.Peer{comfyuipeer.New(t, comfyuipeer.Options{}), comfyuipeer.New(t, comfyuipeer.Options{})}}
+	s.g = gateway.Start(t, Config(s.peers[0].URL, s.peers[1].URL), gateway.Options{})
+	return s
+}
+
+// running returns the peer executing a prompt now, or nil.
+func (s *stack) running() *comfyuipeer.Peer {
+	for _, p := range s.peers {
+		if p.Running() != "" {
+			return p
+		}
+	}
+	return nil
+}
+
+type response struct {
+	Status int
+	Body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("status %d body %q is not a JSON object: %v", r.Status, r.Body, err)
+	}
+	return m
+}
+
+func do(t *testing.T, method, url string, body io.Reader, header map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Body: data}
+}
+
+// uploadAsset uploads a PNG as the caller's asset and returns its id.
+func uploadAsset(t *testing.T, g *gateway.Gateway, data []byte, filePath string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	_ = w.WriteField("content_type", "image/png")
+	_ = w.WriteField("file_path", filePath)
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="file"; filename=%q`, filePath))
+	h.Set("Content-Type", "application/octet-stream")
+	pw, _ := w.CreatePart(h)
+	pw.Write(data)
+	w.Close()
+	r := do(t, http.MethodPost, g.URL+"/api/v2/assets", &buf, map[string]string{"Content-Type": w.FormDataContentType(), "Idempotency-Key": uuid.NewString()})
+	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+		t.Fatalf("upload: %d %s", r.Status, r.Body)
+	}
+	return r.json(t)["id"].(string)
+}
+
+func submit(t *testing.T, g *gateway.Gateway, wf any) response {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"workflow": wf})
+	return do(t, http.MethodPost, g.URL+"/api/v2/jobs", bytes.NewReader(raw),
+		map[string]string{"Content-Type": "application/json", "Idempotency-Key": uuid.NewString()})
+}
+
+// submitOK submits and returns the job id.
+func submitOK(t *testing.T, g *gateway.Gateway, wf any) string {
+	t.Helper()
+	r := submit(t, g, wf)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("submit: %d %s", r.Status, r.Body)
+	}
+	return r.json(t)["id"].(string)
+}
+
+func getJob(t *testing.T, g *gateway.Gateway, id string) map[string]any {
+	t.Helper()
+	r := do(t, http.MethodGet, g.URL+"/api/v2/jobs/"+id, nil, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET job: %d %s", r.Status, r.Body)
+	}
+	return r.json(t)
+}
+
+// waitJob polls a job until done(status) or the timeout.
+func waitJob(t *testing.T, g *gateway.Gateway, id string, timeout time.Duration, done func(string) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		j := getJob(t, g, id)
+		if done(j["status"].(string)) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still %s after %s", id, j["status"], timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func terminal(s string) bool {
+	return s == "succeeded" || s == "failed" || s == "canceled" || s == "expired"
+}
+
+// until polls cond for at most a minute.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type sseEvent struct {
+	Name string
+	Data map[string]any
+}
+
+func readEvents(t *testing.T, url string, timeout time.Duration) []sseEvent {
+	t.Helper()
+	client := &http.Client{Timeout: timeout}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var events []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			cur.Name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.Data)
+		case line == "" && cur.Name != "":
+			events = append(events, cur)
+			cur = sseEvent{}
+		}
+	}
+	return events
+}
+
+func gradientPNG(t *testing.T, size int) []byte {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, size, size))
+	for y := range size {
+		for x := range size {
+			img.Set(x, y, color.NRGBA{uint8(x * 3), uint8(y * 5), uint8(x*7 + y*13), 255})
+		}
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func comfyInvert(v uint8) uint8 {
+	x := float32(v) / 255
+	return uint8(float32(255) * (1 - x))
+}
+
+func node(class string, inputs map[string]any) map[string]any {
+	return map[string]any{"class_type": class, "inputs": inputs}
+}
+
+// slowText is a SlowNode of steps×stepMS followed by a text output.
+func slowText(steps, stepMS int, text string) map[string]any {
+	return map[string]any{
+		"1": node("SlowNode", map[string]any{"steps": steps, "step_ms": stepMS}),
+		"2": node("TextOutput", map[string]any{"text": text}),
+	}
+}
