@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"context"
 	"fmt"
 	"math"
 )
@@ -105,7 +106,7 @@ func runImageBlur(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := blur(im, radius, sigma)
+	out, err := blur(c.ctx, im, radius, sigma)
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +148,10 @@ func gaussianKernel(size int, sigma float64) []float32 {
 
 // blur convolves every channel with the Gaussian kernel over a reflect-padded
 // image, as ComfyUI's ImageBlur does with F.pad(mode="reflect") and conv2d.
-// Reflect padding needs radius < height and width, like torch.
-func blur(im *Image, radius int, sigma float64) (*Image, error) {
+// Reflect padding needs radius < height and width, like torch. The cost grows
+// with radius², so it checks ctx on every row: a canceled job stops within a
+// row, not after the node.
+func blur(ctx context.Context, im *Image, radius int, sigma float64) (*Image, error) {
 	if radius <= 0 {
 		return im, nil
 	}
@@ -174,6 +177,9 @@ func blur(im *Image, radius int, sigma float64) (*Image, error) {
 	for b := 0; b < im.B; b++ {
 		in, dst := im.frame(b), out.frame(b)
 		for y := 0; y < im.H; y++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			for x := 0; x < im.W; x++ {
 				var acc [4]float64
 				for ky := 0; ky < size; ky++ {

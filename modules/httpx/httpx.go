@@ -3,6 +3,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -59,16 +60,28 @@ func WriteJSON(w http.ResponseWriter, status int, v any) error {
 }
 
 // DecodeJSON reads a bounded JSON object body into v, refusing unknown
-// members when strict is set.
+// members when strict is set. A body over limit is 413; anything but one
+// JSON object (null, an array, trailing data) is 400.
 func DecodeJSON(r *http.Request, limit int64, v any, strict bool) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, limit+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+	}
+	if int64(len(body)) > limit {
+		return apierr.PayloadTooLarge(limit)
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return apierr.InvalidRequest("the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if strict {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
 		return apierr.InvalidRequest("the body must be a JSON object of the documented shape: " + jsonReason(err))
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return apierr.InvalidRequest("the body must hold exactly one JSON object")
 	}
 	return nil

@@ -93,6 +93,11 @@ func TestKillReclaim(t *testing.T) {
 	id := r.json(t)["id"].(string)
 	waitJob(t, first, id, 30*time.Second, func(s string) bool { return s == "running" })
 	second := startMember(t, global, blobs)
+	// The job must still be mid-run when its process dies, or nothing is
+	// reclaimed and the test proves nothing.
+	if j := waitJob(t, second, id, time.Second, func(string) bool { return true }); j["status"] != "running" {
+		t.Fatalf("the job was %v before the kill; make the workflow slower", j["status"])
+	}
 	first.Kill()
 	killedAt := time.Now()
 	done := waitJob(t, second, id, 120*time.Second, terminal)
