@@ -9,4 +9,5 @@ import (
 	_ "github.com/comfygate/comfygate/modules/comfyjobs"
 	_ "github.com/comfygate/comfygate/modules/errorenvelope"
 	_ "github.com/comfygate/comfygate/modules/idempotency"
+	_ "github.com/comfygate/comfygate/modules/modelrouter"
 )

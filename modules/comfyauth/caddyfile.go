@@ -16,6 +16,7 @@ func init() {
 //	comfy_auth none [<account>]
 //	comfy_auth static_token <token> [<account>]
 //	comfy_auth api_keys
+//	comfy_auth jwt { … }   (see unmarshalJWT)
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if !d.NextArg() {
@@ -36,6 +37,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Account = d.Val()
 		}
 	case ModeAPIKeys:
+	case ModeJWT:
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		return h.unmarshalJWT(d)
 	default:
 		return d.Errf("unknown comfy_auth mode %q", h.Mode)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/comfygate/comfygate/modules/apikey"
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/modules/principal"
+	"github.com/comfygate/comfygate/modules/router/jwtauth"
 )
 
 func init() {
@@ -43,9 +44,12 @@ type Handler struct {
 	Token string `json:"token,omitempty"`
 	// Account is the account id used by none and static_token. Default "local".
 	Account string `json:"account,omitempty"`
+	// JWT configures jwt mode (the model router's bearer tokens).
+	JWT *jwtauth.Config `json:"jwt,omitempty"`
 
 	app         *comfygate.App
 	tokenDigest [sha256.Size]byte
+	verifier    *jwtauth.Verifier
 	logger      *zap.Logger
 }
 
@@ -68,6 +72,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.Token = caddy.NewReplacer().ReplaceKnown(h.Token, "")
 	h.tokenDigest = sha256.Sum256([]byte(h.Token))
+	if h.Mode == ModeJWT {
+		return h.provisionJWT()
+	}
 	if h.Mode == ModeAPIKeys {
 		app, err := ctx.App("comfygate")
 		if err != nil {
@@ -81,7 +88,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // Validate checks the configuration.
 func (h *Handler) Validate() error {
 	switch h.Mode {
-	case ModeNone, ModeAPIKeys:
+	case ModeNone, ModeAPIKeys, ModeJWT:
 	case ModeStaticToken:
 		if h.Token == "" {
 			return errors.New("comfy_auth: static_token needs a token")
@@ -109,6 +116,9 @@ func (h *Handler) authenticate(r *http.Request) (principal.Principal, error) {
 	local := principal.Principal{AccountID: h.Account, WorkspaceID: h.Account}
 	if h.Mode == ModeNone {
 		return local, nil
+	}
+	if h.Mode == ModeJWT {
+		return h.authenticateJWT(r)
 	}
 	token, ok := bearer(r)
 	if !ok {

@@ -1,0 +1,134 @@
+package modelrouter
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("model_router", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("model_router", httpcaddyfile.Before, "respond")
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
+//
+//	model_router [<catalog_file>] {
+//		catalog <file>
+//		public_base https://router.example.com
+//		cursor_key {env.ROUTER_CURSOR_KEY}
+//		max_in_flight <n>
+//		spend_ceiling_cents <n>
+//		rate <name> <period> <max>      # repeatable
+//		require_credits
+//		lease_ttl <duration>
+//		redis_prefix <prefix>
+//		collect_window <duration>
+//		max_body_size <size>
+//		allow_insecure_upstreams        # tests only
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		h.Catalog = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		switch opt {
+		case "allow_insecure_upstreams", "require_credits":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if opt == "require_credits" {
+				h.RequireCredits = true
+			} else {
+				h.AllowInsecureUpstreams = true
+			}
+		case "rate":
+			var args [3]string
+			for i := range args {
+				if !d.NextArg() {
+					return d.Err("rate needs <name> <period> <max>")
+				}
+				args[i] = d.Val()
+			}
+			period, err := caddy.ParseDuration(args[1])
+			if err != nil {
+				return d.Errf("rate period: %v", err)
+			}
+			n, err := strconv.Atoi(args[2])
+			if err != nil {
+				return d.Errf("rate max: %v", err)
+			}
+			h.Rate = append(h.Rate, RateWindow{Name: args[0], Period: caddy.Duration(period), Max: n})
+		default:
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if err := h.setOption(d, opt, d.Val()); err != nil {
+				return err
+			}
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	return nil
+}
+
+func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
+	var err error
+	switch opt {
+	case "catalog":
+		h.Catalog = v
+	case "public_base":
+		h.PublicBase = v
+	case "cursor_key":
+		h.CursorKey = v
+	case "redis_prefix":
+		h.RedisPrefix = v
+	case "max_in_flight":
+		h.MaxInFlight, err = strconv.Atoi(v)
+	case "spend_ceiling_cents":
+		h.SpendCeilingCents, err = strconv.ParseInt(v, 10, 64)
+	case "lease_ttl", "collect_window":
+		var dur caddy.Duration
+		var p int64
+		if td, perr := caddy.ParseDuration(v); perr == nil {
+			p = int64(td)
+		} else {
+			err = perr
+		}
+		dur = caddy.Duration(p)
+		if opt == "lease_ttl" {
+			h.LeaseTTL = dur
+		} else {
+			h.CollectWindow = dur
+		}
+	case "max_body_size":
+		var n uint64
+		n, err = humanize.ParseBytes(v)
+		h.MaxBodyBytes = int64(n)
+	default:
+		return d.Errf("unknown model_router option %q", opt)
+	}
+	if err != nil {
+		return d.Errf("%s: %v", opt, err)
+	}
+	return nil
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return m, err
+}
+
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,12 @@
+package embedded
+
+import (
+	"testing"
+
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/storetest"
+)
+
+func TestRouterConformance(t *testing.T) {
+	storetest.RunRouter(t, func(t *testing.T) storage.RouterStore { return openMigrated(t) })
+}

@@ -1,0 +1,251 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// RunRouter runs the RouterStore conformance cases. open returns a fresh,
+// migrated store that the test's cleanup closes.
+func RunRouter(t *testing.T, open func(t *testing.T) storage.RouterStore) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, st storage.RouterStore)
+	}{
+		{"CreateGetUpdate", testRouterCreateGetUpdate},
+		{"KeyClaimAndHolder", testRouterKeyClaim},
+		{"KeyScopedByWorkspace", testRouterKeyWorkspace},
+		{"ReleaseFreesKey", testRouterRelease},
+		{"ExpiredKeyTakenOver", testRouterExpiredKey},
+		{"ConcurrentClaimsOneWinner", testRouterConcurrentClaims},
+		{"UnknownRecords", testRouterUnknown},
+		{"RecordBatch", testRouterRecordBatch},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t, open(t))
+		})
+	}
+}
+
+func newRouterCall(ws, key string) storage.RouterCall {
+	return storage.RouterCall{
+		RequestID: newID(), WorkspaceID: ws, ModelID: "fal/flux-dev",
+		ReservedCents: 7, IdempotencyKey: key, Fingerprint: "fp-" + key,
+	}
+}
+
+func testRouterCreateGetUpdate(t *testing.T, st storage.RouterStore) {
+	c := newRouterCall(newID(), "")
+	created, err := st.CreateRouterCall(ctx(t), c, time.Hour)
+	if err != nil {
+		t.Fatalf("CreateRouterCall: %v", err)
+	}
+	if created.State != storage.RouterRunning || created.KeyExpiresAt != nil || created.CreatedAt.IsZero() {
+		t.Errorf("created = %+v: want running, no key expiry, a creation time", created)
+	}
+	got, err := st.GetRouterCall(ctx(t), c.RequestID)
+	if err != nil {
+		t.Fatalf("GetRouterCall: %v", err)
+	}
+	if got.WorkspaceID != c.WorkspaceID || got.ModelID != c.ModelID || got.ReservedCents != 7 ||
+		got.State != storage.RouterRunning || got.ProviderHandle != nil || got.IdempotencyKey != "" {
+		t.Errorf("got %+v", got)
+	}
+	checkUTC(t, "CreatedAt", got.CreatedAt)
+	fin := micro(time.Now())
+	got.State, got.Bucket, got.HTTPStatus = storage.RouterAnswered, "content_policy_violation", 400
+	got.ChargedCents = 5
+	got.ProviderHandle = []byte(`{"kind":"fal","request_id":"r1"}`)
+	got.ResponseStatus, got.ResponseContentType = 400, "application/json"
+	got.ResponseBody = []byte{0, 1, 2, '{'}
+	got.Replayable = true
+	got.FinishedAt = &fin
+	if err := st.UpdateRouterCall(ctx(t), got); err != nil {
+		t.Fatalf("UpdateRouterCall: %v", err)
+	}
+	again, err := st.GetRouterCall(ctx(t), c.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.State != storage.RouterAnswered || again.Bucket != "content_policy_violation" ||
+		again.HTTPStatus != 400 || again.ChargedCents != 5 || !again.Replayable ||
+		again.ResponseStatus != 400 || again.ResponseContentType != "application/json" ||
+		!bytes.Equal(again.ResponseBody, got.ResponseBody) || again.FinishedAt == nil || !again.FinishedAt.Equal(fin) {
+		t.Errorf("after update: %+v", again)
+	}
+	if !bytes.Contains(again.ProviderHandle, []byte(`"request_id"`)) {
+		t.Errorf("handle = %s", again.ProviderHandle)
+	}
+}
+
+func testRouterKeyClaim(t *testing.T, st storage.RouterStore) {
+	ws := newID()
+	first := newRouterCall(ws, "key-1")
+	created, err := st.CreateRouterCall(ctx(t), first, time.Hour)
+	if err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	if created.KeyExpiresAt == nil || created.KeyExpiresAt.Before(time.Now().Add(50*time.Minute)) {
+		t.Errorf("key expiry = %v, want about an hour ahead", created.KeyExpiresAt)
+	}
+	second := newRouterCall(ws, "key-1")
+	holder, err := st.CreateRouterCall(ctx(t), second, time.Hour)
+	if !errors.Is(err, storage.ErrDuplicate) {
+		t.Fatalf("second claim err = %v, want ErrDuplicate", err)
+	}
+	if holder.RequestID != first.RequestID || holder.Fingerprint != "fp-key-1" {
+		t.Errorf("holder = %+v, want the first call", holder)
+	}
+	if _, err := st.GetRouterCall(ctx(t), second.RequestID); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("refused claim left a record: %v", err)
+	}
+	found, err := st.FindRouterCallByKey(ctx(t), ws, "key-1")
+	if err != nil || found.RequestID != first.RequestID {
+		t.Errorf("FindRouterCallByKey = %+v, %v", found, err)
+	}
+}
+
+func testRouterKeyWorkspace(t *testing.T, st storage.RouterStore) {
+	a, b := newRouterCall(newID(), "shared"), newRouterCall(newID(), "shared")
+	for _, c := range []storage.RouterCall{a, b} {
+		if _, err := st.CreateRouterCall(ctx(t), c, time.Hour); err != nil {
+			t.Fatalf("claim in workspace %s: %v", c.WorkspaceID, err)
+		}
+	}
+}
+
+func testRouterRelease(t *testing.T, st storage.RouterStore) {
+	ws := newID()
+	first := newRouterCall(ws, "k")
+	if _, err := st.CreateRouterCall(ctx(t), first, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A release by a request that does not hold the key changes nothing.
+	if err := st.ReleaseRouterKey(ctx(t), ws, "k", newID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateRouterCall(ctx(t), newRouterCall(ws, "k"), time.Hour); !errors.Is(err, storage.ErrDuplicate) {
+		t.Fatalf("claim after foreign release: %v, want ErrDuplicate", err)
+	}
+	if err := st.ReleaseRouterKey(ctx(t), ws, "k", first.RequestID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.FindRouterCallByKey(ctx(t), ws, "k"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("find after release: %v, want ErrNotFound", err)
+	}
+	next := newRouterCall(ws, "k")
+	if _, err := st.CreateRouterCall(ctx(t), next, time.Hour); err != nil {
+		t.Fatalf("claim after release: %v", err)
+	}
+	if _, err := st.GetRouterCall(ctx(t), first.RequestID); err != nil {
+		t.Errorf("release dropped the audit record: %v", err)
+	}
+}
+
+func testRouterExpiredKey(t *testing.T, st storage.RouterStore) {
+	ws := newID()
+	if _, err := st.CreateRouterCall(ctx(t), newRouterCall(ws, "short"), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := st.FindRouterCallByKey(ctx(t), ws, "short"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("find expired key: %v, want ErrNotFound", err)
+	}
+	next := newRouterCall(ws, "short")
+	if _, err := st.CreateRouterCall(ctx(t), next, time.Hour); err != nil {
+		t.Fatalf("claim over an expired key: %v", err)
+	}
+	found, err := st.FindRouterCallByKey(ctx(t), ws, "short")
+	if err != nil || found.RequestID != next.RequestID {
+		t.Errorf("holder after takeover = %+v, %v", found, err)
+	}
+	if _, err := st.CreateRouterCall(ctx(t), newRouterCall(ws, "gone"), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	n, err := st.DeleteExpiredRouterKeys(ctx(t), time.Now())
+	if err != nil || n < 1 {
+		t.Errorf("DeleteExpiredRouterKeys = %d, %v; want at least 1", n, err)
+	}
+}
+
+func testRouterConcurrentClaims(t *testing.T, st storage.RouterStore) {
+	ws := newID()
+	const n = 16
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.CreateRouterCall(ctx(t), newRouterCall(ws, "race"), time.Hour)
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, storage.ErrDuplicate):
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("unexpected error: %v", err)
+	}
+	if w := wins.Load(); w != 1 {
+		t.Errorf("%d claims of one key won, want exactly 1", w)
+	}
+}
+
+func testRouterUnknown(t *testing.T, st storage.RouterStore) {
+	if _, err := st.GetRouterCall(ctx(t), newID()); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("GetRouterCall(unknown) = %v", err)
+	}
+	if _, err := st.FindRouterCallByKey(ctx(t), newID(), "nope"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("FindRouterCallByKey(unknown) = %v", err)
+	}
+	if err := st.UpdateRouterCall(ctx(t), newRouterCall(newID(), "")); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("UpdateRouterCall(unknown) = %v", err)
+	}
+}
+
+func testRouterRecordBatch(t *testing.T, st storage.RouterStore) {
+	ws := newID()
+	fin := micro(time.Now())
+	var batch []storage.RouterCall
+	for i := range 5 {
+		c := newRouterCall(ws, "")
+		c.State, c.HTTPStatus, c.ChargedCents, c.FinishedAt = storage.RouterAnswered, 200, int64(i), &fin
+		batch = append(batch, c)
+	}
+	if err := st.RecordRouterCalls(ctx(t), batch); err != nil {
+		t.Fatalf("RecordRouterCalls: %v", err)
+	}
+	// Recording again overwrites rather than failing.
+	batch[0].Bucket, batch[0].HTTPStatus = "client_disconnected", 499
+	if err := st.RecordRouterCalls(ctx(t), batch[:1]); err != nil {
+		t.Fatalf("RecordRouterCalls again: %v", err)
+	}
+	for i, c := range batch {
+		got, err := st.GetRouterCall(ctx(t), c.RequestID)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if got.State != storage.RouterAnswered || got.ChargedCents != int64(i) || got.WorkspaceID != ws ||
+			got.FinishedAt == nil || !got.FinishedAt.Equal(fin) || got.HTTPStatus != c.HTTPStatus || got.Bucket != c.Bucket {
+			t.Errorf("record %d = %+v", i, got)
+		}
+	}
+	if err := st.RecordRouterCalls(ctx(t), nil); err != nil {
+		t.Errorf("empty batch: %v", err)
+	}
+}

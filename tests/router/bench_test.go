@@ -1,0 +1,213 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/tests/gateway"
+	"github.com/comfygate/comfygate/tests/peers/partner"
+)
+
+// TestRouterOverheadBenchmark measures, in one run and against one
+// constant-time peer, (a) the peer directly, (b) Caddy's plain reverse_proxy
+// and (c) model_router with JWT auth, schema validation, Redis limits and a
+// Postgres usage record. It is a measurement, not a check: it runs only
+// with ROUTER_BENCH=1 and prints a table.
+//
+//	ROUTER_BENCH=1 go test -count=1 -run TestRouterOverheadBenchmark -v ./tests/router/
+func TestRouterOverheadBenchmark(t *testing.T) {
+	if os.Getenv("ROUTER_BENCH") == "" {
+		t.Skip("set ROUTER_BENCH=1 to run the router overhead benchmark")
+	}
+	peer := partner.NewConstant(t)
+	dir := t.TempDir()
+	catalogPath := filepath.Join(dir, "catalog.json")
+	models := []model{{ID: "bench/constant", Adapter: "http", Upstream: peer.URL + "/v1/generate", Credential: "k",
+		Schema: inputSchema, Price: 1, Deadline: "30s"}}
+	if err := os.WriteFile(catalogPath, catalogJSON(t, models), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	proxyPort := gateway.FreePort(t)
+	adminPort := gateway.FreePort(t)
+	prefix := pgtest.KeyPrefix(t)
+	cfg := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	grace_period 1s
+	comfygate {
+		storage postgres %q
+		redis %q
+	}
+}
+
+http://:{PORT} {
+	bind 127.0.0.1
+	route /v1/models* {
+		error_envelope router
+		comfy_auth jwt {
+			key HS256 secret %s
+		}
+		model_router {
+			catalog %s
+			allow_insecure_upstreams
+			redis_prefix %s
+			max_in_flight 1000
+			spend_ceiling_cents 100000
+		}
+	}
+}
+
+http://:%d {
+	bind 127.0.0.1
+	reverse_proxy %s
+}
+`, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peer.URL, "http://"))
+	g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
+	tok := token(t, claims{ws: "ws-bench"})
+
+	targets := []struct {
+		name, url string
+		hdr       http.Header
+	}{
+		{"(a) direct to peer", peer.URL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
+		{"(b) caddy reverse_proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/generate", proxyPort), http.Header{"Content-Type": {"application/json"}}},
+		{"(c) model_router", g.URL + "/v1/models/bench/constant", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + tok}}},
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 512}}
+	for _, tg := range targets { // warm up connections, scripts and caches
+		if _, _, err := load(hc, tg.url, tg.hdr, 4, 300*time.Millisecond); err != nil {
+			t.Fatalf("%s: %v", tg.name, err)
+		}
+	}
+	if path := os.Getenv("ROUTER_BENCH_PROFILE"); path != "" {
+		// A CPU profile of the gateway under (c) at c=32 (c=1 with
+		// ROUTER_BENCH_PROFILE_C1 set), for go tool pprof.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=4", adminPort))
+			if err != nil {
+				t.Errorf("profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			_ = os.WriteFile(path, b, 0o644)
+		}()
+		c := 32
+		if os.Getenv("ROUTER_BENCH_PROFILE_C1") != "" {
+			c = 1
+		}
+		_, _, _ = load(hc, targets[2].url, targets[2].hdr, c, 5*time.Second)
+		<-done
+	}
+	const rounds = 3
+	p50 := make([][]time.Duration, len(targets))
+	p99 := make([][]time.Duration, len(targets))
+	rps := make([][]float64, len(targets))
+	for range rounds { // interleaved rounds, median of the rounds
+		for i, tg := range targets {
+			lat, _, err := load(hc, tg.url, tg.hdr, 1, 2*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", tg.name, err)
+			}
+			p50[i] = append(p50[i], pct(lat, 50))
+			p99[i] = append(p99[i], pct(lat, 99))
+			_, r, err := load(hc, tg.url, tg.hdr, 32, 2*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", tg.name, err)
+			}
+			rps[i] = append(rps[i], r)
+		}
+	}
+	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	medf := func(f []float64) float64 { slices.Sort(f); return f[len(f)/2] }
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n| target | p50 c=1 | p99 c=1 | added p50 vs (a) | req/s c=32 |\n|---|---|---|---|---|\n")
+	a50 := med(p50[0])
+	for i, tg := range targets {
+		m50 := med(p50[i])
+		fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
+			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
+	}
+	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v; Redis round trips per admitted call = %d (Admit + Settle; +1 per lease_ttl/3 a call lasts)\n",
+		medf(rps[2])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond), limits.RoundTrips(0, 0))
+	t.Log(out.String())
+	l := g2limiter(t, prefix)
+	eventually(t, 10*time.Second, "limiter counters back to zero", func() bool {
+		n, cents, err := l.Inspect(context.Background(), "ws-bench")
+		return err == nil && n == 0 && cents == 0
+	})
+}
+
+func g2limiter(t *testing.T, prefix string) limits.Limiter {
+	l, err := limits.OpenRedis(pgtest.RedisURL(t), prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// load runs a closed loop of c workers for d against url and returns every
+// latency and the request rate. Any non-200 answer is an error.
+func load(hc *http.Client, url string, hdr http.Header, c int, d time.Duration) ([]time.Duration, float64, error) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var firstErr error
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := make([]time.Duration, 0, 4096)
+			for time.Now().Before(end) {
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(prompt))
+				req.Header = hdr.Clone()
+				t0 := time.Now()
+				resp, err := hc.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return all, float64(len(all)) / time.Since(start).Seconds(), firstErr
+}
+
+func pct(lat []time.Duration, p int) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
