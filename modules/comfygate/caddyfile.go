@@ -199,6 +199,7 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //		worker <url> {
 //			header <name> <value>
 //			concurrency <n>
+//			input_dir <path>
 //		}
 //		refresh <duration>
 //		unhealthy_after <duration>
@@ -276,6 +277,10 @@ func unmarshalWorker(d *caddyfile.Dispenser) (ComfyUIWorker, error) {
 				return w, d.Errf("worker concurrency: %v", err)
 			}
 			w.Concurrency = n
+		case "input_dir":
+			if !d.AllArgs(&w.InputDir) {
+				return w, d.ArgErr()
+			}
 		default:
 			return w, d.Errf("unknown worker option %q", d.Val())
 		}

@@ -58,6 +58,13 @@ type ComfyUIWorker struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Concurrency is how many jobs the server runs at once. Default 1.
 	Concurrency int `json:"concurrency,omitempty"`
+	// InputDir is the server's ComfyUI input directory (ComfyUI/input, or
+	// its --input-directory) as the gateway sees it, for a gateway running
+	// beside ComfyUI. When set, the folder comfygate/<job id> that a job's
+	// inputs were staged into is removed from it when each attempt ends,
+	// whatever the outcome; ComfyUI has no HTTP route that deletes inputs.
+	// Without it, staged inputs stay on the server. Accepts {env.X}.
+	InputDir string `json:"input_dir,omitempty"`
 }
 
 var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -155,7 +162,8 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 		for k, v := range w.Headers {
 			headers[k] = repl.ReplaceKnown(v, "")
 		}
-		cfg.Workers = append(cfg.Workers, comfyui.WorkerConfig{URL: w.URL, Headers: headers, Concurrency: w.Concurrency})
+		cfg.Workers = append(cfg.Workers, comfyui.WorkerConfig{URL: w.URL, Headers: headers, Concurrency: w.Concurrency,
+			InputDir: repl.ReplaceKnown(w.InputDir, "")})
 	}
 	key, err := json.Marshal(struct {
 		Name string

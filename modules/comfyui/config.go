@@ -11,14 +11,17 @@
 //
 // Staged inputs: ComfyUI has no route that deletes a file from its input
 // directory (only /history and /queue entries can be deleted), so staged
-// inputs are uploaded into a per-job subfolder, comfygate/<job id>, which an
-// operator may prune; they are never overwritten with empty files.
+// inputs are uploaded into a per-job subfolder, comfygate/<job id>. A worker
+// whose input directory the gateway can reach (WorkerConfig.InputDir) has
+// that subfolder removed from disk when each attempt on it ends; on other
+// workers the subfolder stays for the operator to prune.
 package comfyui
 
 import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"time"
 )
 
@@ -32,6 +35,14 @@ type WorkerConfig struct {
 	// Concurrency is how many attempts this pool keeps on the worker at once
 	// (running or waiting in its queue). Default 1.
 	Concurrency int `json:"concurrency,omitempty"`
+	// InputDir is the worker's ComfyUI input directory as this process sees
+	// it (ComfyUI/input, or its --input-directory), for a gateway that runs
+	// beside ComfyUI. When set, every attempt on this worker ends by removing
+	// <InputDir>/comfygate/<job id> (whatever the outcome), since ComfyUI
+	// cannot delete inputs over HTTP. Nothing else under InputDir is ever
+	// touched. Empty: staged inputs stay on the worker. A relative path is
+	// relative to the process's working directory.
+	InputDir string `json:"input_dir,omitempty"`
 }
 
 // Config configures a Pool. Zero durations take the defaults below.
@@ -111,6 +122,9 @@ func (c *Config) validate() error {
 		seen[w.URL] = true
 		if w.Concurrency < 1 {
 			return fmt.Errorf("comfyui: worker %q: concurrency must be positive", w.URL)
+		}
+		if w.InputDir != "" && filepath.Clean(w.InputDir) == string(filepath.Separator) {
+			return fmt.Errorf("comfyui: worker %q: input_dir must not be the root directory", w.URL)
 		}
 	}
 	return nil

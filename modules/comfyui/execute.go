@@ -47,6 +47,9 @@ func attemptID(job storage.Job) string {
 }
 
 func (a *attempt) execute(ctx context.Context) error {
+	// Whatever happens below (a failed upload, a refused graph, a node
+	// error, a cancel, a lost worker), the inputs staged so far go.
+	defer a.removeStagedInputs()
 	cat := a.w.catalogSnapshot()
 	if err := a.stage(ctx, cat); err != nil {
 		return err
@@ -73,7 +76,7 @@ func (a *attempt) stage(ctx context.Context, cat workflow.Catalog) error {
 	if err != nil {
 		return &jobs.NodeError{Code: "missing_asset", Message: "the workflow holds malformed asset references"}
 	}
-	subfolder := "comfygate/" + a.run.Job.ID
+	subfolder := stagingSubfolder(a.run.Job.ID)
 	staged := map[string]string{} // asset id → staged value
 	usedNames := map[string]string{}
 	for _, ref := range refs {
@@ -206,8 +209,10 @@ func (a *attempt) submit(ctx context.Context) error {
 }
 
 // cleanupLater deletes the prompt's history entry in the background once
-// it exists (ComfyUI writes it after the terminal event). Staged inputs stay
-// in their per-job subfolder: ComfyUI has no route that deletes them.
+// it exists (ComfyUI writes it after the terminal event). Staged inputs are
+// not its business: ComfyUI has no route that deletes them, so they are
+// removed from disk by removeStagedInputs when the worker has an InputDir,
+// and otherwise stay in their per-job subfolder.
 func (p *Pool) cleanupLater(w *worker, promptID string, haveHistory bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -25,14 +25,23 @@ import (
 // end of the test.
 func newPool(t *testing.T, concurrency int, peers ...*comfyuipeer.Peer) *comfyui.Pool {
 	t.Helper()
+	workers := make([]comfyui.WorkerConfig, 0, len(peers))
+	for _, p := range peers {
+		workers = append(workers, comfyui.WorkerConfig{URL: p.URL, Concurrency: concurrency})
+	}
+	return startPool(t, workers...)
+}
+
+// startPool starts a pool over workers with short bounds, closed at the end
+// of the test, and waits for its catalog.
+func startPool(t *testing.T, workers ...comfyui.WorkerConfig) *comfyui.Pool {
+	t.Helper()
 	cfg := comfyui.Config{
+		Workers:         workers,
 		RefreshInterval: time.Minute,
 		ReconnectMax:    100 * time.Millisecond,
 		RequestTimeout:  5 * time.Second,
 		UnhealthyAfter:  time.Second,
-	}
-	for _, p := range peers {
-		cfg.Workers = append(cfg.Workers, comfyui.WorkerConfig{URL: p.URL, Concurrency: concurrency})
 	}
 	pool, err := comfyui.New(cfg, nil)
 	if err != nil {

@@ -44,6 +44,9 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	if err := resolveInputDirs(cfg.Workers, logger); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
 	for i, wc := range cfg.Workers {

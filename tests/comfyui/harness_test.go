@@ -33,9 +33,27 @@ type stack struct {
 // Config is the gateway's Caddyfile over the peers' URLs: pool gpu of kind
 // comfyui, submitted to by comfy_jobs gpu.
 func Config(urls ...string) string {
+	workers := make([]workerBlock, len(urls))
+	for i, u := range urls {
+		workers[i] = workerBlock{URL: u}
+	}
+	return configWith(workers)
+}
+
+// workerBlock is one worker line of the pool: its URL and, when set, the
+// input_dir the gateway removes staged inputs from.
+type workerBlock struct {
+	URL, InputDir string
+}
+
+func configWith(blocks []workerBlock) string {
 	var workers strings.Builder
-	for _, u := range urls {
-		fmt.Fprintf(&workers, "\t\t\tworker %s {\n\t\t\t\tconcurrency 1\n\t\t\t}\n", u)
+	for _, w := range blocks {
+		fmt.Fprintf(&workers, "\t\t\tworker %s {\n\t\t\t\tconcurrency 1\n", w.URL)
+		if w.InputDir != "" {
+			fmt.Fprintf(&workers, "\t\t\t\tinput_dir %q\n", w.InputDir)
+		}
+		workers.WriteString("\t\t\t}\n")
 	}
 	return `{
 	admin off
@@ -73,6 +91,23 @@ func startStack(t *testing.T) *stack {
 	s := &stack{peers: []*comfyuipeer.Peer{comfyuipeer.New(t, comfyuipeer.Options{}), comfyuipeer.New(t, comfyuipeer.Options{})}}
 	s.g = gateway.Start(t, Config(s.peers[0].URL, s.peers[1].URL), gateway.Options{})
 	return s
+}
+
+// startStackWithInputDirs is startStack with peers that keep their inputs
+// as files in dirs, and a gateway whose workers have those as input_dir.
+func startStackWithInputDirs(t *testing.T) (s *stack, dirs []string) {
+	t.Helper()
+	s = &stack{}
+	var blocks []workerBlock
+	for range 2 {
+		dir := t.TempDir()
+		p := comfyuipeer.New(t, comfyuipeer.Options{InputDir: dir})
+		s.peers = append(s.peers, p)
+		dirs = append(dirs, dir)
+		blocks = append(blocks, workerBlock{URL: p.URL, InputDir: dir})
+	}
+	s.g = gateway.Start(t, configWith(blocks), gateway.Options{})
+	return s, dirs
 }
 
 // running returns the peer executing a prompt now, or nil.

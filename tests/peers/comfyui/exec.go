@@ -166,7 +166,7 @@ func (e *execution) run() string {
 		OpenInput: func(_ context.Context, name string) (io.ReadCloser, error) {
 			name = strings.TrimSuffix(name, " [input]")
 			e.p.mu.Lock()
-			data, ok := e.p.inputs[name]
+			data, ok := e.p.inputs.get(name)
 			e.p.mu.Unlock()
 			if !ok {
 				return nil, fmt.Errorf("Invalid image file: %s", name)

@@ -42,6 +42,12 @@ type Switches struct {
 type Options struct {
 	// OmitClasses are left out of /object_info and refused by /prompt.
 	OmitClasses []string
+	// InputDir, when set, stores uploaded inputs as real files under this
+	// directory, laid out like ComfyUI's input folder
+	// (<InputDir>/<subfolder>/<filename>), and the nodes and /view read them
+	// from there; files removed from it are gone for the peer too. Empty
+	// keeps inputs in memory.
+	InputDir string
 }
 
 // Stats count what the peer was asked to do.
@@ -62,7 +68,7 @@ type Peer struct {
 	stats   Stats
 	crashed bool
 	sockets map[string]*socket
-	inputs  map[string][]byte // subfolder/name
+	inputs  inputStore
 	files   map[string][]byte // type/subfolder/name
 	pending []*prompt
 	running *prompt
@@ -98,8 +104,9 @@ type socket struct {
 // New starts a peer; it is closed when the test ends.
 func New(t testing.TB, opts Options) *Peer {
 	t.Helper()
-	p := &Peer{catalog: catalog(opts.OmitClasses), sockets: map[string]*socket{}, inputs: map[string][]byte{},
-		files: map[string][]byte{}, history: map[string]json.RawMessage{}}
+	p := &Peer{catalog: catalog(opts.OmitClasses), sockets: map[string]*socket{},
+		inputs: inputStore{dir: opts.InputDir, mem: map[string][]byte{}},
+		files:  map[string][]byte{}, history: map[string]json.RawMessage{}}
 	p.srv = httptest.NewServer(p.routes())
 	p.URL = p.srv.URL
 	p.startLife()
@@ -159,16 +166,12 @@ func (p *Peer) HistoryIDs() []string {
 	return ids
 }
 
-// Inputs lists the staged input files as subfolder/name.
+// Inputs lists the staged input files as subfolder/name (with
+// Options.InputDir, the files under that directory).
 func (p *Peer) Inputs() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	names := make([]string, 0, len(p.inputs))
-	for n := range p.inputs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return p.inputs.list()
 }
 
 // Crash closes the listener and every connection and forgets everything:

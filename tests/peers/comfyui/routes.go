@@ -120,8 +120,7 @@ func (p *Peer) hasInput(name string) bool {
 	name = strings.TrimSuffix(name, " [input]")
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.inputs[name]
-	return ok
+	return p.inputs.has(name)
 }
 
 func queueItem(pr *prompt) []any {
@@ -233,7 +232,7 @@ func (p *Peer) view(w http.ResponseWriter, r *http.Request) {
 	var data []byte
 	var ok bool
 	if typ == "input" {
-		data, ok = p.inputs[path.Join(sub, name)]
+		data, ok = p.inputs.get(path.Join(sub, name))
 	} else {
 		data, ok = p.files[typ+"/"+path.Join(sub, name)]
 	}
@@ -271,21 +270,23 @@ func (p *Peer) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	overwrite := r.FormValue("overwrite") == "true" || r.FormValue("overwrite") == "1"
 	name := path.Base(hdr.Filename)
+	if name == "." || name == ".." || name == "/" {
+		http.Error(w, "bad filename", 400)
+		return
+	}
 	p.mu.Lock()
 	p.stats.Uploads++
 	if typ == "input" {
 		key := path.Join(sub, name)
-		if old, exists := p.inputs[key]; exists && !overwrite && string(old) != string(data) {
-			ext := path.Ext(name)
-			for i := 1; ; i++ {
-				cand := fmt.Sprintf("%s (%d)%s", strings.TrimSuffix(name, ext), i, ext)
-				if _, taken := p.inputs[path.Join(sub, cand)]; !taken {
-					name, key = cand, path.Join(sub, cand)
-					break
-				}
-			}
+		if old, exists := p.inputs.get(key); exists && !overwrite && string(old) != string(data) {
+			name = p.inputs.uniqueName(sub, name)
+			key = path.Join(sub, name)
 		}
-		p.inputs[key] = data
+		if err := p.inputs.put(key, data); err != nil {
+			p.mu.Unlock()
+			http.Error(w, "cannot store the input: "+err.Error(), 500)
+			return
+		}
 	} else {
 		p.files[typ+"/"+path.Join(sub, name)] = data
 	}
