@@ -79,7 +79,10 @@ type NewJob struct {
 	// durable backstop behind the ClaimStore.
 	IdempotencyKey string
 	// MaxQueued bounds the pool's queued jobs; 0 means unbounded. Over the
-	// bound CreateJob returns ErrQueueFull and records nothing.
+	// bound CreateJob returns ErrQueueFull and records nothing. A backend
+	// may let concurrent creates pass the bound by at most the number in
+	// flight at once (serializing them would cost every submission a
+	// commit of its own); it never refuses while there is room.
 	MaxQueued int
 }
 

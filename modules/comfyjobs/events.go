@@ -3,6 +3,7 @@ package comfyjobs
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -20,10 +21,16 @@ import (
 // the job so a lost bus event (or a lagging subscriber) only delays a frame.
 const (
 	keepaliveInterval = 15 * time.Second
-	reconcileInterval = 2 * time.Second
+	reconcileInterval = 10 * time.Second
 	writeTimeout      = 30 * time.Second
 	tooManyRetryAfter = 5
 )
+
+// reconcileEvery spreads streams' re-reads over 75–125 % of the interval, so
+// that thousands of streams opened together do not poll together.
+func reconcileEvery() time.Duration {
+	return reconcileInterval*3/4 + rand.N(reconcileInterval/2)
+}
 
 // streamLimiter bounds the streams one account holds open in this process.
 type streamLimiter struct {
@@ -124,7 +131,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 	}
 	keepalive := time.NewTicker(keepaliveInterval)
 	defer keepalive.Stop()
-	reconcile := time.NewTicker(reconcileInterval)
+	reconcile := time.NewTicker(reconcileEvery())
 	defer reconcile.Stop()
 	for {
 		select {

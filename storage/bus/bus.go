@@ -60,8 +60,10 @@ func (s *Subscription) Lagged() bool { return s.lagged.Swap(false) }
 // Cancel ends the subscription.
 func (s *Subscription) Cancel() { s.hub.remove(s) }
 
-// subscriptionBuffer is how many events a slow subscriber may fall behind.
-const subscriptionBuffer = 64
+// subscriptionBuffer is how many events a slow subscriber may fall behind
+// before it is marked lagged (and re-reads storage). It is small because
+// every open stream holds one.
+const subscriptionBuffer = 16
 
 // maxPreviews bounds how many jobs' latest previews a hub remembers.
 const maxPreviews = 1024
