@@ -67,7 +67,10 @@ type App struct {
 	stopping  chan struct{}
 	stopOnce  *sync.Once
 	cancel    context.CancelFunc
-	stopped   []<-chan struct{}
+	// cancelRuns and runCtx govern running attempts (see Start).
+	cancelRuns context.CancelFunc
+	runCtx     context.Context
+	stopped    []<-chan struct{}
 }
 
 // StorageConfig selects a storage backend.
@@ -206,7 +209,13 @@ func (a *App) Start() error {
 		return err
 	}
 	loopCtx, stop := context.WithCancel(a.ctx)
+	// Attempts run on their own context: a reload stops this config's
+	// claiming but lets its running attempts finish (they share the pooled
+	// backends with the new config); only a process exit cancels them.
+	runCtx, stopRuns := context.WithCancel(context.Background())
 	a.cancel = stop
+	a.cancelRuns = stopRuns
+	a.runCtx = runCtx
 	maintained := make(chan struct{})
 	go func() {
 		defer close(maintained)
@@ -243,11 +252,19 @@ func (h stoppingHandler) Handle(context.Context, caddy.Event) error {
 // configuration's reference.
 func (a *App) Stop() error {
 	a.signalStopping()
-	if a.cancel != nil {
-		a.cancel()
-		for _, done := range a.stopped {
-			<-done
-		}
+	if a.cancel == nil {
+		return nil
+	}
+	a.cancel()
+	if !caddy.Exiting() {
+		// A reload: dispatchers have stopped claiming; attempts in flight
+		// finish in the background and their dispatchers end after them.
+		<-a.stopped[0]
+		return nil
+	}
+	a.cancelRuns()
+	for _, done := range a.stopped {
+		<-done
 	}
 	return nil
 }

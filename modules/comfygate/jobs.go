@@ -130,8 +130,9 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 			RunningBound: time.Duration(a.JobsConfig.RunningBound),
 			PollInterval: time.Second,
 		},
-		Owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
-		Logger: a.logger.Named("dispatcher").With(zap.String("pool", pool)),
+		Owner:      fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
+		RunContext: a.runCtx,
+		Logger:     a.logger.Named("dispatcher").With(zap.String("pool", pool)),
 	}
 	go func() {
 		defer close(done)

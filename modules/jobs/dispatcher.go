@@ -59,13 +59,18 @@ type Dispatcher struct {
 	// Owner names this process in leases.
 	Owner  string
 	Logger *zap.Logger
+	// RunContext, when set, is the context attempts run under, separate from
+	// the one that stops claiming: a config reload stops claiming but lets
+	// running attempts finish; only a process exit cancels them. Nil means
+	// Run's context.
+	RunContext context.Context
 
 	wake chan struct{}
 }
 
-// Run drains the queue until ctx ends, then waits for its runs to return.
-// A run interrupted by shutdown is left to its lease: another process (or
-// this one after a restart) reclaims it.
+// Run claims and runs the queue's jobs until ctx ends, then returns once its
+// running attempts have returned. An attempt canceled by shutdown is left
+// to its lease: another process (or this one after a restart) reclaims it.
 func (d *Dispatcher) Run(ctx context.Context) {
 	d.wake = make(chan struct{}, 1)
 	queued := d.Bus.SubscribeQueued()
@@ -128,7 +133,11 @@ func (d *Dispatcher) work(ctx context.Context) {
 				break
 			}
 			d.kick() // there may be more; let another worker look
-			d.runJob(ctx, job)
+			runCtx := d.RunContext
+			if runCtx == nil {
+				runCtx = ctx
+			}
+			d.runJob(runCtx, job)
 		}
 	}
 }
