@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/comfygate/comfygate/storage/pgtest"
+)
+
+// apiOnlyGlobal is a Postgres+Redis gateway that queues jobs but runs none,
+// so submitted jobs stay queued.
+func apiOnlyGlobal(dsn, redisURL string, extra string) string {
+	return fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\tblobs file_system ./data/blobs\n\t\tjobs {\n\t\t\tno_execute\n\t\t\tmax_queued 10000000\n%s\t\t}",
+		dsn, redisURL, extra)
+}
+
+// chainWorkflow is EmptyImage → n alternating flips/inverts → SaveImage, a
+// valid graph of n+2 nodes for validation to walk.
+func chainWorkflow(n int) []byte {
+	wf := map[string]any{"1": map[string]any{"class_type": "EmptyImage",
+		"inputs": map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}}}
+	prev := "1"
+	for i := 2; i <= n+1; i++ {
+		id := fmt.Sprint(i)
+		if i%2 == 0 {
+			wf[id] = map[string]any{"class_type": "ImageInvert", "inputs": map[string]any{"image": []any{prev, 0}}}
+		} else {
+			wf[id] = map[string]any{"class_type": "ImageFlip", "inputs": map[string]any{"image": []any{prev, 0}, "flip_method": "x-axis: vertically"}}
+		}
+		prev = id
+	}
+	wf["900"] = map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "bench", "images": []any{prev, 0}}}
+	b, _ := json.Marshal(wf)
+	return b
+}
+
+func submitBody(wf []byte) []byte {
+	return []byte(`{"workflow":` + string(wf) + `}`)
+}
+
+func benchClient(conns int) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute}}
+}
+
+// post sends one submit with a fresh Idempotency-Key and returns the status
+// and body.
+func post(client *http.Client, url string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", uuid.NewString())
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// closedLoop runs op from conc goroutines for d and returns ops/s and the
+// number of failed ops.
+func closedLoop(conc int, d time.Duration, op func() error) (float64, int64) {
+	var ok, failed atomic.Int64
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < conc; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if op() == nil {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(ok.Load()) / time.Since(start).Seconds(), failed.Load()
+}
+
+// TestBenchSubmitThroughput: jobs/s of POST /api/v2/jobs (validation,
+// idempotency key, durable insert) from 16 concurrent clients on an API-only
+// Postgres+Redis gateway, against bare pgx INSERTs of an equivalent row at
+// the same concurrency into a copy of the jobs table in the same schema,
+// and against bare pgx running the gateway's own create transaction
+// (queue advisory lock + insert + queue count).
+//
+//	COMFYGATE_BENCH=1 go test -count=1 -v -run TestBenchSubmitThroughput ./tests/bench/
+func TestBenchSubmitThroughput(t *testing.T) {
+	requireBench(t)
+	const conc = 16
+	rounds := envInt("COMFYGATE_BENCH_ROUNDS", 3)
+	dur := time.Duration(envInt("COMFYGATE_BENCH_SECONDS", 5)) * time.Second
+	dsn := pgtest.DSN(t)
+	g, _ := startGateway(t, apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""))
+	wf := chainWorkflow(10)
+	body := submitBody(wf)
+
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = conc
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, tbl := range []string{"bench_jobs", "bench_jobs_tx"} {
+		if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (LIKE jobs INCLUDING ALL)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expires := time.Now().Add(24 * time.Hour)
+	insert := func(tbl string) error {
+		_, err := pool.Exec(ctx, `INSERT INTO `+tbl+` (id, account_id, pool, status, workflow, expires_at, idempotency_key)
+			VALUES ($1, 'local', 'builtin', 'queued', $2::text::json, $3, $4)`,
+			uuid.NewString(), string(wf), expires, uuid.NewString())
+		return err
+	}
+	// The gateway's CreateJob transaction, minus HTTP, validation and Redis.
+	createTx := func() error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('bench_jobs_tx'))`); err != nil {
+			return err
+		}
+		if err := insertTx(ctx, tx.Exec, wf, expires); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM bench_jobs_tx WHERE pool = 'builtin' AND status = 'queued'`).Scan(&n); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	client := benchClient(conc)
+	url := g.URL + "/api/v2/jobs"
+	var firstErr atomic.Value
+	submitOp := func() error {
+		code, b, err := post(client, url, body)
+		if err == nil && code != http.StatusCreated {
+			err = fmt.Errorf("status %d: %s", code, b)
+		}
+		if err != nil {
+			firstErr.CompareAndSwap(nil, err.Error())
+		}
+		return err
+	}
+	// Warm up connections on both sides.
+	closedLoop(conc, 500*time.Millisecond, submitOp)
+	closedLoop(conc, 500*time.Millisecond, func() error { return insert("bench_jobs") })
+
+	targets := []string{"gateway", "bare insert", "bare create tx"}
+	ops := map[string]func() error{"gateway": submitOp,
+		"bare insert": func() error { return insert("bench_jobs") }, "bare create tx": createTx}
+	rate := map[string][]float64{}
+	var ratios, ratiosTx []float64
+	for r := 0; r < rounds; r++ {
+		quiet(t)
+		got := map[string]float64{}
+		for i := range targets {
+			name := targets[(i+r)%len(targets)]
+			perSec, failed := closedLoop(conc, dur, ops[name])
+			if failed > 0 {
+				t.Logf("%s: %d failed ops (first: %v)", name, failed, firstErr.Load())
+			}
+			got[name] = perSec
+			rate[name] = append(rate[name], perSec)
+		}
+		ratios = append(ratios, got["gateway"]/got["bare insert"])
+		ratiosTx = append(ratiosTx, got["gateway"]/got["bare create tx"])
+		t.Logf("round %d: gateway %.0f, bare insert %.0f, bare create tx %.0f per s", r+1,
+			got["gateway"], got["bare insert"], got["bare create tx"])
+	}
+	var queued int
+	pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'queued'`).Scan(&queued)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nsubmit, %d clients, %d rounds × %s, workflow %d bytes; %d jobs queued at the end\n", conc, rounds, dur, len(wf), queued)
+	for _, name := range targets {
+		xs := rate[name]
+		fmt.Fprintf(&sb, "| %s | %.0f/s [%.0f–%.0f] |\n", name, Median(xs), slicesMin(xs), slicesMax(xs))
+	}
+	fmt.Fprintf(&sb, "| gateway / bare insert | %.2f [%.2f–%.2f] |\n", Median(ratios), slicesMin(ratios), slicesMax(ratios))
+	fmt.Fprintf(&sb, "| gateway / bare create tx | %.2f [%.2f–%.2f] |\n", Median(ratiosTx), slicesMin(ratiosTx), slicesMax(ratiosTx))
+	t.Log(sb.String())
+}
+
+func insertTx[R any](ctx context.Context, exec func(context.Context, string, ...any) (R, error), wf []byte, expires time.Time) error {
+	_, err := exec(ctx, `INSERT INTO bench_jobs_tx (id, account_id, pool, status, workflow, expires_at, idempotency_key)
+		VALUES ($1, 'local', 'builtin', 'queued', $2::text::json, $3, $4) RETURNING id`,
+		uuid.NewString(), string(wf), expires, uuid.NewString())
+	return err
+}
+
+// TestBenchGetJobLatency: GET /api/v2/jobs/{id} of a queued job at a fixed
+// open-loop rate, against a trivial Go handler returning a body of the same
+// bytes, in alternating rounds.
+//
+//	COMFYGATE_BENCH=1 go test -count=1 -v -run TestBenchGetJobLatency ./tests/bench/
+func TestBenchGetJobLatency(t *testing.T) {
+	requireBench(t)
+	rate := envInt("COMFYGATE_BENCH_RATE", 1000)
+	dur := time.Duration(envInt("COMFYGATE_BENCH_SECONDS", 10)) * time.Second
+	rounds := envInt("COMFYGATE_BENCH_ROUNDS", 3)
+	g, pid := startGateway(t, apiOnlyGlobal(pgtest.DSN(t), pgtest.RedisURL(t), ""))
+	client := benchClient(256)
+	code, b, err := post(client, g.URL+"/api/v2/jobs", submitBody(chainWorkflow(10)))
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("submit: %d %s %v", code, b, err)
+	}
+	var job struct{ ID string }
+	json.Unmarshal(b, &job)
+	jobURL := g.URL + "/api/v2/jobs/" + job.ID
+	resp, err := client.Get(jobURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	bodyFile := filepath.Join(t.TempDir(), "job.json")
+	os.WriteFile(bodyFile, jobBody, 0o600)
+	urls := map[string]string{"gateway": jobURL,
+		"baseline": startServer(t, "static-json", "COMFYGATE_BENCH_BODY="+bodyFile) + "/job"}
+
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nGET job (%d-byte body), open loop %d req/s for %s per round, latency from the scheduled send\n", len(jobBody), rate, dur)
+	sb.WriteString("| round | target | p50 | p90 | p99 | max | errors | late sends | gateway CPU/req |\n")
+	for r := 0; r < rounds; r++ {
+		quiet(t)
+		for i, name := range []string{"gateway", "baseline"} {
+			if r%2 == 1 {
+				name = []string{"baseline", "gateway"}[i]
+			}
+			OpenLoop(context.Background(), client, urls[name], rate, time.Second) // warm-up
+			c0, _ := CPUTicks(pid)
+			res := OpenLoop(context.Background(), client, urls[name], rate, dur)
+			c1, _ := CPUTicks(pid)
+			cpu := "–"
+			if name == "gateway" {
+				cpu = fmt.Sprintf("%.0f µs", float64(c1-c0)*1e4/float64(len(res.Latencies)+res.Errors))
+			}
+			l := res.Latencies
+			fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %s | %d | %d | %s |\n", r+1, name,
+				ms(Percentile(l, 50)), ms(Percentile(l, 90)), ms(Percentile(l, 99)), ms(Percentile(l, 100)),
+				res.Errors, res.Late, cpu)
+		}
+	}
+	t.Log(sb.String())
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
