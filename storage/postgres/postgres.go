@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,6 +30,10 @@ type Store struct {
 
 var _ storage.Store = (*Store)(nil)
 
+// defaultMaxConns is the connection pool size unless the DSN sets
+// pool_max_conns.
+const defaultMaxConns = 32
+
 // Open parses dsn and builds a pool without connecting: connections are made
 // on first use, so a configuration can be validated (caddy validate) while
 // the database is unreachable. A malformed DSN is still an error here. Do not
@@ -39,6 +44,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		// pgx's parse errors redact the password.
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// pgx's default (4 on a small machine) makes concurrent submissions
+		// queue for a connection and so never share a commit; a gateway's
+		// requests mostly wait on the database, not the CPU.
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
