@@ -2,8 +2,14 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrRouterCallFinished is returned by UpdateRouterCall when the update would
+// move a finished record (answered, released, consumed) back to running or
+// collecting: a late follower must not reopen a call another one answered.
+var ErrRouterCallFinished = errors.New("storage: router call already finished")
 
 // Router call states. A call is created running; it ends answered (the
 // provider gave an answer, recorded for replay), released (refused before
@@ -69,8 +75,19 @@ type RouterStore interface {
 	CreateRouterCall(ctx context.Context, c RouterCall, keyTTL time.Duration) (holder RouterCall, err error)
 	// UpdateRouterCall overwrites the mutable fields (state, bucket, status,
 	// cents, handle, response, finished_at) of the record c.RequestID and
-	// bumps UpdatedAt. ErrNotFound when there is no such record.
+	// bumps UpdatedAt. ErrNotFound when there is no such record;
+	// ErrRouterCallFinished (nothing written) when c.State is running or
+	// collecting and the stored record has already finished.
 	UpdateRouterCall(ctx context.Context, c RouterCall) error
+	// TouchRouterCall bumps UpdatedAt of a live (running or collecting)
+	// record, the heartbeat that shows its owner is alive. It reports false,
+	// writing nothing, when the record is not live (or does not exist).
+	TouchRouterCall(ctx context.Context, requestID string) (live bool, err error)
+	// ClaimStaleRouterCall atomically takes over a live record whose
+	// UpdatedAt is at least staleFor old (by the store's clock): it bumps
+	// UpdatedAt and reports true. Of concurrent claims at most one wins; a
+	// fresh, finished or missing record reports false.
+	ClaimStaleRouterCall(ctx context.Context, requestID string, staleFor time.Duration) (claimed bool, err error)
 	// GetRouterCall returns the record by request id, or ErrNotFound.
 	GetRouterCall(ctx context.Context, requestID string) (RouterCall, error)
 	// FindRouterCallByKey returns the record holding a live claim of

@@ -28,6 +28,7 @@ func init() {
 //		lease_ttl <duration>
 //		redis_prefix <prefix>
 //		collect_window <duration>
+//		takeover_after <duration>
 //		max_body_size <size>
 //		allow_insecure_upstreams        # tests only
 //	}
@@ -98,7 +99,7 @@ func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
 		h.MaxInFlight, err = strconv.Atoi(v)
 	case "spend_ceiling_cents":
 		h.SpendCeilingCents, err = strconv.ParseInt(v, 10, 64)
-	case "lease_ttl", "collect_window":
+	case "lease_ttl", "collect_window", "takeover_after":
 		var dur caddy.Duration
 		var p int64
 		if td, perr := caddy.ParseDuration(v); perr == nil {
@@ -107,10 +108,13 @@ func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
 			err = perr
 		}
 		dur = caddy.Duration(p)
-		if opt == "lease_ttl" {
+		switch opt {
+		case "lease_ttl":
 			h.LeaseTTL = dur
-		} else {
+		case "collect_window":
 			h.CollectWindow = dur
+		default:
+			h.TakeoverAfter = dur
 		}
 	case "max_body_size":
 		var n uint64

@@ -117,3 +117,19 @@ func (s appRouterStore) DeleteExpiredRouterKeys(ctx context.Context, t time.Time
 	}
 	return rs.DeleteExpiredRouterKeys(ctx, t)
 }
+
+func (s appRouterStore) TouchRouterCall(ctx context.Context, id string) (bool, error) {
+	rs, err := s.store()
+	if err != nil {
+		return false, err
+	}
+	return rs.TouchRouterCall(ctx, id)
+}
+
+func (s appRouterStore) ClaimStaleRouterCall(ctx context.Context, id string, staleFor time.Duration) (bool, error) {
+	rs, err := s.store()
+	if err != nil {
+		return false, err
+	}
+	return rs.ClaimStaleRouterCall(ctx, id, staleFor)
+}

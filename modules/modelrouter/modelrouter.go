@@ -63,6 +63,10 @@ type Handler struct {
 	// CollectWindow is how long a generation that outlived its deadline is
 	// still followed for collection (default 30m).
 	CollectWindow caddy.Duration `json:"collect_window,omitempty"`
+	// TakeoverAfter is how long a call record may go untouched before a
+	// same-key retry treats its gateway as dead and takes the generation
+	// over (default 30s; owners touch every third of it).
+	TakeoverAfter caddy.Duration `json:"takeover_after,omitempty"`
 	// MaxBodyBytes bounds a call body (default 10 MiB).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 
@@ -145,13 +149,26 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("model_router: %w", err)
 	}
-	client := provider.NewClient(provider.Options{AllowInsecure: h.AllowInsecureUpstreams})
+	client := provider.NewClient(provider.Options{AllowInsecure: h.AllowInsecureUpstreams,
+		ResponseHeaderTimeout: headerTimeout(cat)})
 	h.service = calls.New(calls.Config{
 		Limiter: h.limiter, Limits: h.limitSet, Store: appRouterStore{h.app},
-		Adapters: provider.Adapters(client), CollectWindow: time.Duration(h.CollectWindow), Logger: h.logger,
+		Adapters: provider.Adapters(client), CollectWindow: time.Duration(h.CollectWindow),
+		TakeoverAfter: time.Duration(h.TakeoverAfter), Logger: h.logger,
 	})
 	h.logger.Debug("model router provisioned", zap.Int("models", cat.Len()), zap.String("catalog_version", cat.Version()))
 	return nil
+}
+
+// headerTimeout is the outbound transport's response-header bound: the
+// provider default, raised above the catalog's longest deadline so that a
+// slow synchronous model is cut by its own deadline, not by the transport.
+func headerTimeout(cat *catalog.Catalog) time.Duration {
+	d := provider.DefaultResponseHeaderTimeout
+	for _, m := range cat.Models() {
+		d = max(d, m.Deadline+time.Minute)
+	}
+	return d
 }
 
 // Validate checks the limits.

@@ -44,6 +44,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		require_credits
 		lease_ttl 10s
 		collect_window 5m
+		takeover_after 3s
 		max_body_size 2MiB
 		redis_prefix x:
 		allow_insecure_upstreams
@@ -55,6 +56,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if h.Catalog != "/etc/catalog.json" || h.PublicBase != "https://r.example.com" || h.MaxInFlight != 5 ||
 		h.SpendCeilingCents != 300 || len(h.Rate) != 2 || h.Rate[1].Max != 1000 || time.Duration(h.Rate[1].Period) != 24*time.Hour ||
 		!h.RequireCredits || time.Duration(h.LeaseTTL) != 10*time.Second || time.Duration(h.CollectWindow) != 5*time.Minute ||
+		time.Duration(h.TakeoverAfter) != 3*time.Second ||
 		h.MaxBodyBytes != 2<<20 || h.RedisPrefix != "x:" || !h.AllowInsecureUpstreams {
 		t.Errorf("parsed %+v", h)
 	}

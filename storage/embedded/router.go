@@ -144,18 +144,66 @@ func (s *Store) UpdateRouterCall(ctx context.Context, c storage.RouterCall) erro
 		res, err := tx.ExecContext(ctx, `UPDATE router_calls SET state = ?, bucket = ?, http_status = ?,
 			reserved_cents = ?, charged_cents = ?, provider_handle = ?, response_status = ?,
 			response_content_type = ?, response_body = ?, replayable = ?, updated_at = ?, finished_at = ?
-			WHERE request_id = ?`,
+			WHERE request_id = ?
+			AND NOT (? IN ('running', 'collecting') AND state IN ('answered', 'released', 'consumed'))`,
 			c.State, c.Bucket, c.HTTPStatus, c.ReservedCents, c.ChargedCents, nullBytes(c.ProviderHandle),
 			c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable),
-			formatTime(now()), nullTimeText(c.FinishedAt), c.RequestID)
+			formatTime(now()), nullTimeText(c.FinishedAt), c.RequestID, c.State)
 		if err != nil {
 			return fmt.Errorf("embedded: update router call: %w", err)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM router_calls WHERE request_id = ?`, c.RequestID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("embedded: update router call: %w", storage.ErrNotFound)
 		}
+		if err != nil {
+			return fmt.Errorf("embedded: update router call: %w", err)
+		}
+		return fmt.Errorf("embedded: update router call %s: %w", c.RequestID, storage.ErrRouterCallFinished)
+	})
+}
+
+// TouchRouterCall bumps updated_at of a live record.
+func (s *Store) TouchRouterCall(ctx context.Context, requestID string) (bool, error) {
+	var n int64
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE router_calls SET updated_at = ?
+			WHERE request_id = ? AND state IN ('running', 'collecting')`, formatTime(now()), requestID)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
 		return nil
 	})
+	if err != nil {
+		return false, fmt.Errorf("embedded: touch router call: %w", err)
+	}
+	return n > 0, nil
+}
+
+// ClaimStaleRouterCall takes over a live record untouched for staleFor. The
+// single writer makes the conditional update atomic.
+func (s *Store) ClaimStaleRouterCall(ctx context.Context, requestID string, staleFor time.Duration) (bool, error) {
+	var n int64
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		t := now()
+		res, err := tx.ExecContext(ctx, `UPDATE router_calls SET updated_at = ?
+			WHERE request_id = ? AND state IN ('running', 'collecting') AND updated_at <= ?`,
+			formatTime(t), requestID, formatTime(t.Add(-staleFor)))
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("embedded: claim stale router call: %w", err)
+	}
+	return n > 0, nil
 }
 
 // GetRouterCall reads a record by request id.

@@ -99,16 +99,49 @@ func (s *Store) UpdateRouterCall(ctx context.Context, c storage.RouterCall) erro
 	tag, err := s.pool.Exec(ctx, `UPDATE router_calls SET state = $2, bucket = $3, http_status = $4,
 		reserved_cents = $5, charged_cents = $6, provider_handle = $7::jsonb, response_status = $8,
 		response_content_type = $9, response_body = $10, replayable = $11, updated_at = now(), finished_at = $12
-		WHERE request_id = $1`,
+		WHERE request_id = $1
+		AND NOT ($2 IN ('running', 'collecting') AND state IN ('answered', 'released', 'consumed'))`,
 		c.RequestID, c.State, c.Bucket, c.HTTPStatus, c.ReservedCents, c.ChargedCents, handleArg(c.ProviderHandle),
 		c.ResponseStatus, c.ResponseContentType, c.ResponseBody, c.Replayable, c.FinishedAt)
 	if err != nil {
 		return mapErr("update router call", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	var one int
+	err = s.pool.QueryRow(ctx, `SELECT 1 FROM router_calls WHERE request_id = $1`, c.RequestID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("postgres: update router call: %w", storage.ErrNotFound)
 	}
-	return nil
+	if err != nil {
+		return mapErr("update router call", err)
+	}
+	return fmt.Errorf("postgres: update router call %s: %w", c.RequestID, storage.ErrRouterCallFinished)
+}
+
+// TouchRouterCall bumps updated_at of a live record.
+func (s *Store) TouchRouterCall(ctx context.Context, requestID string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE router_calls SET updated_at = now()
+		WHERE request_id = $1 AND state IN ('running', 'collecting')`, requestID)
+	if err != nil {
+		return false, mapErr("touch router call", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ClaimStaleRouterCall takes over a live record untouched for staleFor, by
+// the database's clock (gateways' clocks may differ). The row lock of the
+// UPDATE serializes concurrent claims; the loser re-checks the condition
+// against the winner's fresh updated_at and matches nothing.
+func (s *Store) ClaimStaleRouterCall(ctx context.Context, requestID string, staleFor time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE router_calls SET updated_at = now()
+		WHERE request_id = $1 AND state IN ('running', 'collecting')
+		AND updated_at <= now() - make_interval(secs => $2::bigint / 1e6)`, requestID, staleFor.Microseconds())
+	if err != nil {
+		return false, mapErr("claim stale router call", err)
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // GetRouterCall reads a record by request id.

@@ -26,6 +26,8 @@ func RunRouter(t *testing.T, open func(t *testing.T) storage.RouterStore) {
 		{"ConcurrentClaimsOneWinner", testRouterConcurrentClaims},
 		{"UnknownRecords", testRouterUnknown},
 		{"RecordBatch", testRouterRecordBatch},
+		{"FinishedNeverReopened", testRouterNoReopen},
+		{"TouchAndClaimStale", testRouterTouchClaim},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -247,5 +249,99 @@ func testRouterRecordBatch(t *testing.T, st storage.RouterStore) {
 	}
 	if err := st.RecordRouterCalls(ctx(t), nil); err != nil {
 		t.Errorf("empty batch: %v", err)
+	}
+}
+
+// testRouterNoReopen: a late follower's write of collecting (or running)
+// must not reopen a record another owner already answered.
+func testRouterNoReopen(t *testing.T, st storage.RouterStore) {
+	for _, final := range []string{storage.RouterAnswered, storage.RouterConsumed, storage.RouterReleased} {
+		c := newRouterCall(newID(), newID())
+		if _, err := st.CreateRouterCall(ctx(t), c, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		c.State, c.ChargedCents = storage.RouterCollecting, 0
+		if err := st.UpdateRouterCall(ctx(t), c); err != nil {
+			t.Fatalf("running → collecting: %v", err)
+		}
+		c.State, c.ChargedCents = final, 7
+		if err := st.UpdateRouterCall(ctx(t), c); err != nil {
+			t.Fatalf("collecting → %s: %v", final, err)
+		}
+		for _, back := range []string{storage.RouterCollecting, storage.RouterRunning} {
+			c.State, c.ChargedCents = back, 0
+			if err := st.UpdateRouterCall(ctx(t), c); !errors.Is(err, storage.ErrRouterCallFinished) {
+				t.Errorf("%s → %s: err %v, want ErrRouterCallFinished", final, back, err)
+			}
+		}
+		got, err := st.GetRouterCall(ctx(t), c.RequestID)
+		if err != nil || got.State != final || got.ChargedCents != 7 {
+			t.Errorf("after refused reopen: %+v (%v), want %s charged 7", got, err, final)
+		}
+		// A final state may still be rewritten with another final state's facts.
+		c.State, c.ChargedCents = final, 7
+		if err := st.UpdateRouterCall(ctx(t), c); err != nil {
+			t.Errorf("%s → %s: %v", final, final, err)
+		}
+	}
+}
+
+// testRouterTouchClaim: touches keep a live record fresh; a stale one is
+// claimed by exactly one of many concurrent claimers; finished records are
+// neither touched nor claimed.
+func testRouterTouchClaim(t *testing.T, st storage.RouterStore) {
+	c := newRouterCall(newID(), newID())
+	created, err := st.CreateRouterCall(ctx(t), c, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.ClaimStaleRouterCall(ctx(t), c.RequestID, time.Hour); err != nil || ok {
+		t.Errorf("claim of a fresh record = %v, %v; want false", ok, err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if ok, err := st.TouchRouterCall(ctx(t), c.RequestID); err != nil || !ok {
+		t.Fatalf("touch of a running record = %v, %v; want true", ok, err)
+	}
+	got, err := st.GetRouterCall(ctx(t), c.RequestID)
+	if err != nil || !got.UpdatedAt.After(created.UpdatedAt) {
+		t.Errorf("touch did not move updated_at: %v → %v (%v)", created.UpdatedAt, got.UpdatedAt, err)
+	}
+	// staleFor is long next to the spread of the concurrent claims (pool
+	// connections being opened), so that only the first can find it stale.
+	const staleFor = time.Second
+	time.Sleep(staleFor + 100*time.Millisecond)
+	const n = 8
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := st.ClaimStaleRouterCall(ctx(t), c.RequestID, staleFor)
+			if err != nil {
+				t.Errorf("claim: %v", err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if w := wins.Load(); w != 1 {
+		t.Errorf("%d concurrent claims of one stale record won, want 1", w)
+	}
+	c.State = storage.RouterAnswered
+	if err := st.UpdateRouterCall(ctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if ok, err := st.TouchRouterCall(ctx(t), c.RequestID); err != nil || ok {
+		t.Errorf("touch of an answered record = %v, %v; want false", ok, err)
+	}
+	if ok, err := st.ClaimStaleRouterCall(ctx(t), c.RequestID, time.Millisecond); err != nil || ok {
+		t.Errorf("claim of an answered record = %v, %v; want false", ok, err)
+	}
+	if ok, err := st.TouchRouterCall(ctx(t), newID()); err != nil || ok {
+		t.Errorf("touch of an unknown record = %v, %v; want false", ok, err)
 	}
 }

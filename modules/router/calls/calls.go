@@ -16,7 +16,6 @@ package calls
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
@@ -61,9 +60,12 @@ type Config struct {
 	Adapters map[catalog.Adapter]provider.Adapter
 	// CollectWindow: see DefaultCollectWindow (0 = default).
 	CollectWindow time.Duration
-	// TakeoverAfter: a collecting record not touched for this long has lost
-	// its follower (its gateway died); a same-key retry then polls the
-	// partner itself. 0 = DefaultTakeoverAfter.
+	// TakeoverAfter: a running or collecting record not touched for this
+	// long has lost its owner (its gateway died; live owners touch it every
+	// TakeoverAfter/3). A same-key retry then takes the generation over when
+	// the record holds a provider handle, or declares the call consumed
+	// once its deadline plus TakeoverAfter has passed when it holds none.
+	// 0 = DefaultTakeoverAfter.
 	TakeoverAfter time.Duration
 	Logger        *zap.Logger
 }
@@ -74,6 +76,10 @@ type Service struct {
 	log *zap.Logger
 	bg  sync.WaitGroup
 	rec *recorder
+	// bgCtx bounds background work (followers, record touches); Close
+	// cancels it and waits, bounded, for the followers to wind down.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 	// stopSweep ends the expired-key sweeper.
 	stopSweep context.CancelFunc
 	swept     chan struct{}
@@ -96,6 +102,7 @@ func New(cfg Config) *Service {
 		log = zap.NewNop()
 	}
 	s := &Service{cfg: cfg, log: log}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.rec = newRecorder(cfg.Store.RecordRouterCalls, log)
 	var ctx context.Context
 	ctx, s.stopSweep = context.WithCancel(context.Background())
@@ -125,12 +132,28 @@ func (s *Service) sweep(ctx context.Context) {
 // Wait blocks until background collections have finished (for tests).
 func (s *Service) Wait() { s.bg.Wait() }
 
-// Close flushes queued usage records and stops their writers. Calls made
-// after Close write their records synchronously. Background collections
-// keep running (they finish paid generations) and write synchronously.
+// closeWait bounds how long Close waits for followers to wind down.
+const closeWait = 15 * time.Second
+
+// Close stops background work and flushes queued usage records. Followers
+// are told to stop: a keyed one settles its lease and leaves its record
+// collecting, so a same-key retry on any gateway takes the generation over;
+// a keyless one records what it knows. Close waits for them at most
+// closeWait. Calls made after Close write their records synchronously.
 func (s *Service) Close() {
 	s.stopSweep()
 	<-s.swept
+	s.bgCancel()
+	done := make(chan struct{})
+	go func() {
+		s.bg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+		s.log.Warn("router: background collections did not stop in time", zap.Duration("waited", closeWait))
+	}
 	s.rec.close()
 }
 
@@ -181,6 +204,7 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 	m := req.Model
 	rec := storage.RouterCall{
 		RequestID: req.RequestID, WorkspaceID: req.Workspace, ModelID: m.ID,
+		State:         storage.RouterRunning,
 		ReservedCents: m.PriceCents, IdempotencyKey: req.IdempotencyKey, Fingerprint: req.Fingerprint,
 	}
 	keyed := req.IdempotencyKey != ""
@@ -243,123 +267,4 @@ func (s *Service) refused(ctx context.Context, rec storage.RouterCall, keyed boo
 	if err != nil {
 		s.log.Warn("router: recording a refused call failed", zap.String("request_id", rec.RequestID), zap.Error(err))
 	}
-}
-
-// existing answers a request whose key another call holds.
-func (s *Service) existing(ctx context.Context, req Request, holder storage.RouterCall) (*Response, error) {
-	if holder.Fingerprint != req.Fingerprint {
-		return nil, routerErr(http.StatusConflict, BucketInvalidInput,
-			"this Idempotency-Key was used with a different request; use a new key")
-	}
-	switch holder.State {
-	case storage.RouterAnswered:
-		return replay(holder)
-	case storage.RouterRunning:
-		return nil, routerErr(http.StatusConflict, BucketConcurrency,
-			"a call with this Idempotency-Key is still running; retry later with the same key").
-			WithRetryAfter(retryAfterSeconds(req.Model.PollInterval))
-	case storage.RouterCollecting:
-		return s.collect(ctx, req, holder)
-	}
-	return nil, routerErr(http.StatusConflict, BucketInvalidInput,
-		"the call with this Idempotency-Key ended without a replayable answer; use a new key")
-}
-
-// replay answers from a recorded call. A replay is never charged.
-func replay(rec storage.RouterCall) (*Response, error) {
-	if !rec.Replayable {
-		return nil, routerErr(http.StatusConflict, BucketInvalidInput,
-			"the answer for this Idempotency-Key is too large to replay; use a new key")
-	}
-	r := &Response{Status: rec.ResponseStatus, ContentType: rec.ResponseContentType, Body: rec.ResponseBody,
-		Bucket: replayBucket(rec.ResponseStatus, rec.ResponseBody)}
-	r.header().Set("Idempotent-Replayed", "true")
-	return r, nil
-}
-
-// collect waits, up to the model's deadline, for a generation that an
-// earlier call left running past its deadline, and answers its recorded
-// result. The call that holds the handle follows the generation and charges
-// it; this one only reads the record, so nothing is submitted or charged twice.
-func (s *Service) collect(ctx context.Context, req Request, holder storage.RouterCall) (*Response, error) {
-	m := req.Model
-	deadline := time.NewTimer(m.Deadline)
-	defer deadline.Stop()
-	tick := time.NewTicker(min(m.PollInterval, time.Second))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, routerErr(499, BucketClientDisconnected, "the client closed the request").WithCause(ctx.Err())
-		case <-deadline.C:
-			return nil, deadlineError(retryAfterSeconds(m.PollInterval))
-		case <-tick.C:
-		}
-		rec, err := s.cfg.Store.GetRouterCall(ctx, holder.RequestID)
-		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			return nil, routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
-				"the call record store is unavailable; retry with backoff").WithCause(err)
-		}
-		switch rec.State {
-		case storage.RouterAnswered:
-			return replay(rec)
-		case storage.RouterCollecting:
-			if time.Since(rec.UpdatedAt) > s.cfg.TakeoverAfter {
-				return s.takeover(ctx, req, rec, deadline.C)
-			}
-			continue
-		case storage.RouterRunning:
-			continue
-		}
-		return nil, routerErr(http.StatusConflict, BucketInvalidInput,
-			"the generation for this Idempotency-Key ended without a replayable answer; use a new key")
-	}
-}
-
-// deadlineError is the 504; retryAfter 0 means nothing to collect.
-func deadlineError(retryAfter int) *apierr.Error {
-	msg := "the call did not finish within the router's deadline; retry the same request"
-	if retryAfter > 0 {
-		msg = "the call did not finish within the router's deadline; retry with the same Idempotency-Key to collect the result"
-	}
-	return routerErr(http.StatusGatewayTimeout, BucketDeadline, msg).WithRetryAfter(retryAfter)
-}
-
-// takeover collects a generation whose follower died (its record stopped
-// being touched): this call polls the partner with the stored handle and
-// records the answer. The charge is written to the usage record; the dead
-// gateway's lease has expired, so no limiter settlement remains.
-func (s *Service) takeover(ctx context.Context, req Request, rec storage.RouterCall, deadline <-chan time.Time) (*Response, error) {
-	m := req.Model
-	var h provider.Handle
-	a, ok := s.cfg.Adapters[m.Adapter]
-	if !ok || json.Unmarshal(rec.ProviderHandle, &h) != nil {
-		return nil, routerErr(http.StatusConflict, BucketInvalidInput,
-			"the generation for this Idempotency-Key cannot be collected; use a new key")
-	}
-	s.log.Info("router: taking over a collection whose follower stopped", zap.String("request_id", rec.RequestID))
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	go func() {
-		select {
-		case <-deadline:
-			cancel()
-		case <-pctx.Done():
-		}
-	}()
-	out, err := s.poll(pctx, a, m, &h)
-	if err != nil {
-		return nil, deadlineError(retryAfterSeconds(m.PollInterval))
-	}
-	charged := int64(0)
-	if out.Billable {
-		charged = m.PriceCents
-	}
-	s.record(ctx, rec, true, storage.RouterAnswered, BucketDeadline, http.StatusGatewayTimeout, out, charged)
-	r := &Response{Status: out.Status, ContentType: out.ContentType, Body: out.Body, Bucket: out.Bucket}
-	r.header().Set("Idempotent-Replayed", "true")
-	return r, nil
 }

@@ -27,6 +27,7 @@ type fakeAdapter struct {
 	cancels     atomic.Int32
 	mu          sync.Mutex
 	started     map[string]time.Time
+	cancelled   map[string]bool
 	cancelOK    bool
 }
 
@@ -52,18 +53,32 @@ func (f *fakeAdapter) Submit(ctx context.Context, m *catalog.Model, body []byte,
 func (f *fakeAdapter) Poll(_ context.Context, _ *catalog.Model, h *provider.Handle) (*provider.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.cancelled[h.RequestID] {
+		return cancelledOutcome, nil
+	}
 	if time.Since(f.started[h.RequestID]) < f.work {
 		return nil, nil
 	}
 	return okOutcome, nil
 }
 
-func (f *fakeAdapter) Cancel(context.Context, *catalog.Model, *provider.Handle) error {
+// cancelledOutcome is what a cancelled generation's result classifies as
+// (fal answers 499 client_cancelled): a failure, not billed.
+var cancelledOutcome = provider.Fail(provider.BucketProviderError, http.StatusBadGateway, "cancelled")
+
+// Cancel behaves like fal's: a generation still working is cancelled; one
+// already done stays done (ALREADY_COMPLETED), and both answer nil.
+func (f *fakeAdapter) Cancel(_ context.Context, _ *catalog.Model, h *provider.Handle) error {
 	f.cancels.Add(1)
-	if f.cancelOK {
-		return nil
+	if !f.cancelOK {
+		return provider.ErrNoCancel
 	}
-	return provider.ErrNoCancel
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Since(f.started[h.RequestID]) < f.work {
+		f.cancelled[h.RequestID] = true
+	}
+	return nil
 }
 
 type fixture struct {
@@ -88,6 +103,7 @@ func newFixture(t *testing.T, fake *fakeAdapter, lim limits.Limits) *fixture {
 		t.Fatal(err)
 	}
 	fake.started = map[string]time.Time{}
+	fake.cancelled = map[string]bool{}
 	kind := catalog.AdapterHTTP
 	if fake.handle {
 		kind = catalog.AdapterFal

@@ -3,11 +3,13 @@ package calls
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/router/catalog"
 	"github.com/comfygate/comfygate/modules/router/limits"
 	"github.com/comfygate/comfygate/modules/router/provider"
@@ -17,6 +19,16 @@ import (
 // maxPollErrors is how many consecutive failed polls end a generation as
 // provider_error (a single network blip must not).
 const maxPollErrors = 5
+
+// Bounds of the partner exchanges that run after the client's deadline.
+const (
+	// cancelTimeout bounds one cancel request.
+	cancelTimeout = 10 * time.Second
+	// cancelSettleWindow is how long a generation is still polled after a
+	// cancel was requested, to learn whether it ended billable (it may have
+	// completed before the cancel landed).
+	cancelSettleWindow = 2 * time.Minute
+)
 
 // dispatch sends an admitted call to its partner and waits for the answer
 // within the model's deadline.
@@ -36,18 +48,33 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	stopKeep := lease.KeepAlive(detached, func(err error) {
 		s.log.Warn("router: lease heartbeat failed", zap.String("request_id", req.RequestID), zap.Error(err))
 	})
+	if keyed {
+		// Show that this gateway owns the record while the partner works,
+		// so that only a dead gateway's call is taken over.
+		stopTouch := s.keepFresh(detached, rec.RequestID)
+		defer stopTouch()
+	}
 	callCtx, cancel := context.WithTimeout(detached, m.Deadline)
 	defer cancel()
 
 	handle, out, err := adapter.Submit(callCtx, m, req.Body, req.Header)
 	if err != nil {
-		if callCtx.Err() != nil {
+		var e *apierr.Error
+		switch {
+		case callCtx.Err() != nil:
 			// The bound expired before the partner accepted anything we can
 			// collect: no Retry-After, and the key is spent (the partner may
 			// have started work we cannot see).
+			e = deadlineError(0)
+		case errors.Is(err, provider.ErrResponseBudget):
+			// The partner answered but the process had no room to read it.
+			// Nothing to replay, and the key is spent like on a deadline.
+			e = routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
+				"the router is short of memory for partner answers; retry with backoff")
+		}
+		if e != nil {
 			stopKeep()
 			s.settle(ctx, lease, 0)
-			e := deadlineError(0)
 			s.record(ctx, rec, keyed, storage.RouterConsumed, e.Code, e.Status, nil, 0)
 			return nil, e.WithCause(err)
 		}
@@ -57,6 +84,8 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	if handle != nil && out == nil {
 		rec.ProviderHandle, _ = json.Marshal(handle)
 		if keyed {
+			// Stored as soon as the partner accepted: from now on the
+			// generation is collectable even if this gateway dies.
 			if err := s.cfg.Store.UpdateRouterCall(detached, rec); err != nil {
 				s.log.Warn("router: storing the provider handle failed", zap.String("request_id", req.RequestID), zap.Error(err))
 			}
@@ -96,32 +125,58 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	return &Response{Status: out.Status, ContentType: out.ContentType, Body: out.Body, Bucket: out.Bucket}, nil
 }
 
-// poll waits for the generation's outcome at the model's poll interval.
-func (s *Service) poll(ctx context.Context, a provider.Adapter, m *catalog.Model, h *provider.Handle) (*provider.Outcome, error) {
-	return s.pollTouching(ctx, a, m, h, nil)
+// keepFresh touches the record every TakeoverAfter/3 on its own ticker
+// (independent of the poll interval, which may be longer) until stop is
+// called, ctx ends or the record is no longer live (then someone else
+// finished it and there is nothing left to show).
+func (s *Service) keepFresh(ctx context.Context, requestID string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(s.cfg.TakeoverAfter/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			tctx, tcancel := context.WithTimeout(ctx, settleTimeout)
+			live, err := s.cfg.Store.TouchRouterCall(tctx, requestID)
+			tcancel()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.log.Warn("router: touching a call record failed", zap.String("request_id", requestID), zap.Error(err))
+			case err == nil && !live:
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
-// pollTouching is poll; touch (if set) runs every TakeoverAfter/3 so that
-// a collecting record shows its follower is alive.
-func (s *Service) pollTouching(ctx context.Context, a provider.Adapter, m *catalog.Model, h *provider.Handle, touch func()) (*provider.Outcome, error) {
+// poll waits for the generation's outcome at the model's poll interval. A
+// poll that failed for lack of response memory is retried without counting
+// against maxPollErrors: the generation is fine, the process is busy.
+func (s *Service) poll(ctx context.Context, a provider.Adapter, m *catalog.Model, h *provider.Handle) (*provider.Outcome, error) {
 	t := time.NewTicker(m.PollInterval)
 	defer t.Stop()
 	fails := 0
-	lastTouch := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		if touch != nil && time.Since(lastTouch) >= s.cfg.TakeoverAfter/3 {
-			touch()
-			lastTouch = time.Now()
-		}
 		out, err := a.Poll(ctx, m, h)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.Is(err, provider.ErrResponseBudget):
 		case err != nil:
 			if fails++; fails >= maxPollErrors {
 				return provider.Fail(provider.BucketProviderError, http.StatusBadGateway,
@@ -139,47 +194,91 @@ func (s *Service) pollTouching(ctx context.Context, a provider.Adapter, m *catal
 // background, holding its lease, so that it is charged once when it
 // completes and its answer is recorded for the caller's same-key retry. A
 // call without a key has no one to collect it: the generation is cancelled
-// when the partner can cancel, else followed and charged.
+// when the partner can cancel, and still polled until the partner reports
+// its final state, because a generation that completed before the cancel
+// landed is billed (and so charged) regardless of delivery.
 func (s *Service) follow(req Request, rec storage.RouterCall, lease *limits.Lease, stopKeep func(),
 	a provider.Adapter, h *provider.Handle) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CollectWindow)
+		ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.CollectWindow)
 		defer cancel()
-		m := req.Model
-		keyed := req.IdempotencyKey != ""
-		if !keyed {
-			if err := a.Cancel(ctx, m, h); err == nil {
-				stopKeep()
-				s.settle(ctx, lease, 0)
-				s.record(ctx, rec, false, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
-				return
-			}
-		}
-		var touch func()
-		if keyed {
-			touch = func() {
-				if err := s.cfg.Store.UpdateRouterCall(ctx, collectingRecord(rec)); err != nil {
-					s.log.Warn("router: touching a collecting record failed", zap.String("request_id", rec.RequestID), zap.Error(err))
-				}
-			}
-		}
-		out, err := s.pollTouching(ctx, a, m, h, touch)
-		stopKeep()
-		if err != nil {
-			_ = a.Cancel(context.Background(), m, h)
-			s.settle(ctx, lease, 0)
-			s.record(ctx, rec, keyed, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
+		if req.IdempotencyKey != "" {
+			s.followKeyed(ctx, req, rec, lease, stopKeep, a, h)
 			return
 		}
-		charged := int64(0)
-		if out.Billable {
-			charged = m.PriceCents
-		}
-		s.settle(ctx, lease, charged)
-		s.record(ctx, rec, keyed, storage.RouterAnswered, BucketDeadline, http.StatusGatewayTimeout, out, charged)
+		s.followKeyless(ctx, req, rec, lease, stopKeep, a, h)
 	}()
+}
+
+func (s *Service) followKeyed(ctx context.Context, req Request, rec storage.RouterCall, lease *limits.Lease, stopKeep func(),
+	a provider.Adapter, h *provider.Handle) {
+	m := req.Model
+	stopTouch := s.keepFresh(ctx, rec.RequestID)
+	out, err := s.poll(ctx, a, m, h)
+	stopTouch()
+	stopKeep()
+	switch {
+	case err != nil && s.bgCtx.Err() != nil:
+		// The service is closing: free the slot (no charge, no guard) and
+		// leave the record collecting with its handle; a same-key retry
+		// on any gateway takes it over and charges it.
+		s.settle(ctx, lease, 0)
+		s.log.Info("router: stopped following a generation; a same-key retry will collect it",
+			zap.String("request_id", rec.RequestID))
+	case err != nil:
+		s.cancelBounded(a, m, h)
+		s.settle(ctx, lease, 0)
+		s.record(ctx, rec, true, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
+	default:
+		s.finish(ctx, rec, true, lease, m.PriceCents, out)
+	}
+}
+
+func (s *Service) followKeyless(ctx context.Context, req Request, rec storage.RouterCall, lease *limits.Lease, stopKeep func(),
+	a provider.Adapter, h *provider.Handle) {
+	m := req.Model
+	defer stopKeep()
+	pollCtx := ctx
+	if err := s.cancelBounded(a, m, h); err == nil {
+		// The partner took the cancel (or the generation had already
+		// completed): poll, bounded, for its final state.
+		var pcancel context.CancelFunc
+		pollCtx, pcancel = context.WithTimeout(ctx, cancelSettleWindow)
+		defer pcancel()
+	}
+	out, err := s.poll(pollCtx, a, m, h)
+	if err != nil {
+		s.log.Warn("router: the final state of a cancelled or abandoned generation is unknown; not charged",
+			zap.String("request_id", rec.RequestID), zap.Error(err))
+		s.settle(ctx, lease, 0)
+		s.record(ctx, rec, false, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
+		return
+	}
+	s.finish(ctx, rec, false, lease, m.PriceCents, out)
+}
+
+// finish settles and records a followed generation's final outcome.
+func (s *Service) finish(ctx context.Context, rec storage.RouterCall, keyed bool, lease *limits.Lease, price int64, out *provider.Outcome) {
+	charged := int64(0)
+	if out.Billable {
+		charged = price
+	}
+	s.settle(ctx, lease, charged)
+	s.record(ctx, rec, keyed, storage.RouterAnswered, BucketDeadline, http.StatusGatewayTimeout, out, charged)
+}
+
+// cancelBounded asks the partner to stop the generation, bounded by
+// cancelTimeout and independent of the (possibly ended) follow context.
+func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provider.Handle) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	err := a.Cancel(ctx, m, h)
+	if err != nil && !errors.Is(err, provider.ErrNoCancel) {
+		s.log.Debug("router: cancelling a generation failed", zap.Error(err))
+	}
+	return err
 }
 
 // settle releases the lease on a detached, bounded context.
@@ -229,7 +328,13 @@ func (s *Service) recordAsync(ctx context.Context, rec storage.RouterCall, keyed
 		s.rec.writeLogged([]storage.RouterCall{rec})
 		return
 	}
-	if err := s.cfg.Store.UpdateRouterCall(dctx, rec); err != nil {
+	err := s.cfg.Store.UpdateRouterCall(dctx, rec)
+	if errors.Is(err, storage.ErrRouterCallFinished) {
+		s.log.Info("router: the call was already finished by another owner", zap.String("request_id", rec.RequestID),
+			zap.String("state", state))
+		return
+	}
+	if err != nil {
 		s.log.Error("router: writing the usage record failed", zap.String("request_id", rec.RequestID),
 			zap.String("state", state), zap.Int64("charged_cents", charged), zap.Error(err))
 	}

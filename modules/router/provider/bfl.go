@@ -8,6 +8,10 @@ import (
 	"github.com/comfygate/comfygate/modules/router/catalog"
 )
 
+// bflHosts are the host suffixes a BFL polling_url may point to besides
+// the model's own upstream host (BFL answers regional api.*.bfl.ai hosts).
+var bflHosts = []string{".bfl.ai"}
+
 // BFL is Black Forest Labs: submit, then poll the polling_url it returns.
 // BFL reports outcomes in the poll body with HTTP 200; it has no cancel.
 type BFL struct{ c *Client }
@@ -28,12 +32,20 @@ func (b *BFL) Submit(ctx context.Context, m *catalog.Model, body []byte, in http
 	if err := json.Unmarshal(a.Body, &r); err != nil || r.ID == "" || r.PollingURL == "" {
 		return nil, providerError("the provider answered without a polling handle"), nil
 	}
+	if err := handleURLAllowed(m, r.PollingURL, bflHosts); err != nil {
+		return nil, providerError("the provider answered a polling handle outside its own hosts"), nil
+	}
 	return &Handle{Kind: "bfl", RequestID: r.ID, PollingURL: r.PollingURL}, nil, nil
 }
 
 // Poll reads the task's state. Ready passes the poll body through as the
 // native output; Ready without result.sample is a silent refusal.
 func (b *BFL) Poll(ctx context.Context, m *catalog.Model, h *Handle) (*Outcome, error) {
+	if err := handleURLAllowed(m, h.PollingURL, bflHosts); err != nil {
+		return providerError("the generation's polling handle points outside the provider's hosts"), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
 	a, err := b.c.Do(ctx, m, http.MethodGet, h.PollingURL, nil, nil)
 	if err != nil {
 		return nil, err
@@ -44,7 +56,7 @@ func (b *BFL) Poll(ctx context.Context, m *catalog.Model, h *Handle) (*Outcome, 
 	var st struct {
 		Status string `json:"status"`
 		Result *struct {
-			Sample any `json:"sample"`
+			Sample *probe `json:"sample"`
 		} `json:"result"`
 	}
 	if err := json.Unmarshal(a.Body, &st); err != nil {
@@ -56,7 +68,7 @@ func (b *BFL) Poll(ctx context.Context, m *catalog.Model, h *Handle) (*Outcome, 
 	case "Request Moderated", "Content Moderated":
 		return contentPolicy(m), nil
 	case "Ready":
-		if st.Result == nil || empty(st.Result.Sample) {
+		if st.Result == nil || st.Result.Sample == nil || st.Result.Sample.empty {
 			return contentPolicy(m), nil
 		}
 		return &Outcome{Status: http.StatusOK, ContentType: "application/json", Body: a.Body, Billable: true}, nil

@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
@@ -66,12 +67,19 @@ func classifySuccess(m *catalog.Model, a *Answer) *Outcome {
 		ct = "application/octet-stream"
 	}
 	if isJSON(ct) {
-		var v any
-		if err := json.Unmarshal(a.Body, &v); err != nil {
+		// Only the top level matters, so the answer is not decoded into a
+		// tree (several times its size for a large media answer): each
+		// member is probed in place (Unmarshal still validates the whole
+		// document) and nothing of it is copied.
+		var obj map[string]probe
+		if err := json.Unmarshal(a.Body, &obj); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if errors.As(err, &typeErr) {
+				return providerError("the provider returned an answer that is not a JSON object")
+			}
 			return providerError("the provider returned an answer that is not valid JSON")
 		}
-		obj, ok := v.(map[string]any)
-		if !ok {
+		if obj == nil {
 			return providerError("the provider returned an answer that is not a JSON object")
 		}
 		if withoutMedia(obj) {
@@ -81,19 +89,46 @@ func classifySuccess(m *catalog.Model, a *Answer) *Outcome {
 	return &Outcome{Status: http.StatusOK, ContentType: ct, Body: a.Body, Billable: true}
 }
 
+// probe is what classification needs to know about one top-level member,
+// computed from its raw JSON without decoding or keeping it.
+type probe struct {
+	empty   bool // null, "", [] or {}
+	allTrue bool // a non-empty array whose every element is true
+}
+
+// UnmarshalJSON is handed the member's raw, already validated JSON.
+func (p *probe) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0:
+	case bytes.Equal(b, []byte("null")), bytes.Equal(b, []byte(`""`)):
+		p.empty = true
+	case b[0] == '[' || b[0] == '{':
+		inner := bytes.TrimSpace(b[1 : len(b)-1])
+		p.empty = len(inner) == 0
+		p.allTrue = b[0] == '[' && !p.empty && allTrue(inner)
+	}
+	return nil
+}
+
+// allTrue reports whether a comma-separated list of JSON values (an array's
+// inside) is only `true`s; it stops at the first other element.
+func allTrue(list []byte) bool {
+	for len(list) > 0 {
+		elem, rest, _ := bytes.Cut(list, []byte(","))
+		if !bytes.Equal(bytes.TrimSpace(elem), []byte("true")) {
+			return false
+		}
+		list = rest
+	}
+	return true
+}
+
 // withoutMedia reports an output that has media members, all empty, or
 // flags every item as NSFW.
-func withoutMedia(obj map[string]any) bool {
-	if flags, ok := obj["has_nsfw_concepts"].([]any); ok && len(flags) > 0 {
-		all := true
-		for _, f := range flags {
-			if b, _ := f.(bool); !b {
-				all = false
-			}
-		}
-		if all {
-			return true
-		}
+func withoutMedia(obj map[string]probe) bool {
+	if flags, ok := obj["has_nsfw_concepts"]; ok && flags.allTrue {
+		return true
 	}
 	seen := false
 	for _, k := range mediaKeys {
@@ -102,25 +137,11 @@ func withoutMedia(obj map[string]any) bool {
 			continue
 		}
 		seen = true
-		if !empty(v) {
+		if !v.empty {
 			return false
 		}
 	}
 	return seen
-}
-
-func empty(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return true
-	case string:
-		return x == ""
-	case []any:
-		return len(x) == 0
-	case map[string]any:
-		return len(x) == 0
-	}
-	return false
 }
 
 // classify422 passes a FastAPI detail list through unchanged, except that a

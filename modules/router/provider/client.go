@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,16 @@ import (
 // MaxResponseBytes bounds a partner answer read into memory.
 const MaxResponseBytes = 64 << 20
 
+// DefaultResponseHeaderTimeout bounds the wait for a partner's response
+// headers when Options sets none. It must exceed the longest synchronous
+// model deadline (the catalog's default deadline is 10 minutes); polls and
+// cancels have their own, much shorter bound (exchangeTimeout).
+const DefaultResponseHeaderTimeout = 15 * time.Minute
+
+// exchangeTimeout bounds one poll, result or cancel exchange: they answer
+// at once on every partner, and a hung one must not pin a follower.
+const exchangeTimeout = time.Minute
+
 // Options configure a Client.
 type Options struct {
 	// AllowInsecure permits http:// upstreams and private, loopback and
@@ -28,17 +39,38 @@ type Options struct {
 	// Timeout bounds one HTTP exchange in addition to the caller's context
 	// (0: none beyond the context).
 	Timeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for response headers (0:
+	// DefaultResponseHeaderTimeout).
+	ResponseHeaderTimeout time.Duration
+	// ResponseBudget, when positive, gives this client its own bound on
+	// answer bytes being read at once; 0 shares the process-wide budget
+	// (DefaultResponseBudget).
+	ResponseBudget int64
+	// BudgetWait is how long a read waits for room in the budget before
+	// failing with ErrResponseBudget (0: DefaultBudgetWait).
+	BudgetWait time.Duration
 }
 
 // Client is the outbound HTTP client every adapter shares: https only,
 // destinations checked at dial time, no redirects, no cookies.
 type Client struct {
-	hc   *http.Client
-	opts Options
+	hc     *http.Client
+	opts   Options
+	budget *byteBudget
 }
 
 // NewClient builds a Client.
 func NewClient(opts Options) *Client {
+	if opts.ResponseHeaderTimeout <= 0 {
+		opts.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if opts.BudgetWait <= 0 {
+		opts.BudgetWait = DefaultBudgetWait
+	}
+	budget := processBudget
+	if opts.ResponseBudget > 0 {
+		budget = newByteBudget(opts.ResponseBudget)
+	}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	if !opts.AllowInsecure {
 		dialer.Control = refusePrivate
@@ -51,10 +83,11 @@ func NewClient(opts Options) *Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: opts.ResponseHeaderTimeout,
 		// Proxy is deliberately nil: an environment proxy would bypass the
 		// dial-time address check.
 	}
-	return &Client{opts: opts, hc: &http.Client{
+	return &Client{opts: opts, budget: budget, hc: &http.Client{
 		Transport: tr,
 		Timeout:   opts.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -76,13 +109,29 @@ func refusePrivate(network, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+// blockedPrefixes are global-unicast-looking ranges that reach private
+// space: carrier-grade NAT, and the IPv6 translation prefixes that embed an
+// IPv4 address (NAT64 well-known and local-use, 6to4), through which
+// 64:ff9b::a9fe:a9fe would reach 169.254.169.254.
+var blockedPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("2002::/16"),
+}
 
 // PublicAddr reports whether a is a public unicast address.
 func PublicAddr(a netip.Addr) bool {
 	a = a.Unmap()
-	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() &&
-		!a.IsLinkLocalUnicast() && !cgnat.Contains(a)
+	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() {
+		return false
+	}
+	for _, p := range blockedPrefixes {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // hopByHop are never forwarded (RFC 9110 §7.6.1 plus legacy ones).
@@ -158,12 +207,38 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 		return nil, fmt.Errorf("provider: %s %s: %w", method, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	data, err := c.readBody(ctx, resp.Body, resp.ContentLength)
 	if err != nil {
-		return nil, fmt.Errorf("provider: read answer: %w", err)
-	}
-	if len(data) > MaxResponseBytes {
-		return nil, fmt.Errorf("provider: answer over %d bytes", MaxResponseBytes)
+		return nil, err
 	}
 	return &Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: data, Header: resp.Header}, nil
+}
+
+// ErrHandleURL is a URL from a partner's answer (a poll, result or cancel
+// handle) that points outside the partner's hosts. It is refused before any
+// request is sent, so the partner credential never leaves for it.
+var ErrHandleURL = errors.New("provider: handle url outside the partner's hosts")
+
+// handleURLAllowed checks a URL taken from a partner's answer before the
+// credential is attached to it: it must have the scheme and host (with port)
+// of the model's configured upstream, or be https on the default port under
+// one of the adapter's host suffixes.
+func handleURLAllowed(m *catalog.Model, raw string, suffixes []string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil {
+		return fmt.Errorf("%w: unparsable", ErrHandleURL)
+	}
+	if up, err := url.Parse(m.Upstream); err == nil && up.Host != "" &&
+		strings.EqualFold(u.Scheme, up.Scheme) && strings.EqualFold(u.Host, up.Host) {
+		return nil
+	}
+	host := strings.ToLower(u.Hostname())
+	if u.Scheme == "https" && (u.Port() == "" || u.Port() == "443") {
+		for _, sfx := range suffixes {
+			if strings.HasSuffix(host, sfx) && len(host) > len(sfx) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrHandleURL, u.Redacted())
 }

@@ -27,6 +27,8 @@ func TestPublicAddr(t *testing.T) {
 		{"127.0.0.1", false}, {"10.1.2.3", false}, {"172.16.0.1", false}, {"192.168.1.1", false},
 		{"169.254.169.254", false}, {"100.64.0.1", false}, {"0.0.0.0", false}, {"::1", false},
 		{"::ffff:127.0.0.1", false}, {"fe80::1", false}, {"fc00::1", false}, {"224.0.0.1", false},
+		{"64:ff9b::a9fe:a9fe", false}, {"64:ff9b::808:808", false}, {"64:ff9b:1::a00:1", false},
+		{"2002:a9fe:a9fe::1", false}, {"2002:808:808::1", false},
 	} {
 		if got := PublicAddr(netip.MustParseAddr(c.addr)); got != c.want {
 			t.Errorf("PublicAddr(%s) = %v, want %v", c.addr, got, c.want)
@@ -109,6 +111,15 @@ func TestClassify(t *testing.T) {
 		{"504", Answer{Status: 504, ContentType: js, Body: []byte(`{}`)}, BucketProviderTimout, 504, false},
 		{"500", Answer{Status: 500, ContentType: js, Body: []byte(`{}`)}, BucketProviderError, 502, false},
 		{"429", Answer{Status: 429, ContentType: js, Body: []byte(`{}`)}, BucketProviderError, 502, false},
+		{"empty media with spaces", Answer{Status: 200, ContentType: js, Body: []byte(`{"images": [ ], "video": null, "audio_url": ""}`)}, BucketContentPolicy, 400, true},
+		{"one media member set", Answer{Status: 200, ContentType: js, Body: []byte(`{"images":[],"video":{"url":"v"}}`)}, "", 200, true},
+		{"empty object media", Answer{Status: 200, ContentType: js, Body: []byte(`{"output": { }}`)}, BucketContentPolicy, 400, true},
+		{"some nsfw", Answer{Status: 200, ContentType: js, Body: []byte(`{"images":[{"url":"u"},{"url":"v"}],"has_nsfw_concepts":[true, false]}`)}, "", 200, true},
+		{"all nsfw spaced", Answer{Status: 200, ContentType: js, Body: []byte(`{"images":[{"url":"u"},{"url":"v"}],"has_nsfw_concepts":[ true , true ]}`)}, BucketContentPolicy, 400, true},
+		{"nsfw not bools", Answer{Status: 200, ContentType: js, Body: []byte(`{"images":[{"url":"u"}],"has_nsfw_concepts":[{"a":true}]}`)}, "", 200, true},
+		{"json null", Answer{Status: 200, ContentType: js, Body: []byte(`null`)}, BucketProviderError, 502, false},
+		{"json string", Answer{Status: 200, ContentType: js, Body: []byte(`"x"`)}, BucketProviderError, 502, false},
+		{"trailing garbage", Answer{Status: 200, ContentType: js, Body: []byte(`{"images":[{"url":"u"}]} x`)}, BucketProviderError, 502, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.a.Header == nil {
