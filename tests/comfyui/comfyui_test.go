@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // TestJobsOnPeers covers acceptance 1 and 3: success with images and a
@@ -16,7 +18,7 @@ import (
 func TestJobsOnPeers(t *testing.T) {
 	s := startStack(t)
 	g := s.g
-	src := gradientPNG(t, 32)
+	src := gateway.GradientPNG(t, 32)
 	assetID := uploadAsset(t, g, src, "peer_input.png")
 
 	t.Run("success with images, text, progress and previews", func(t *testing.T) {
@@ -32,7 +34,7 @@ func TestJobsOnPeers(t *testing.T) {
 		}
 		before := s.peers[0].Stats().Uploads + s.peers[1].Stats().Uploads
 		id := submitOK(t, g, wf)
-		events := readEvents(t, g.URL+"/api/v2/jobs/"+id+"/events", 2*time.Minute)
+		events := gateway.ReadEvents(t, g.URL+"/api/v2/jobs/"+id+"/events", 2*time.Minute)
 		last, previews, outputs := -1.0, 0, 0
 		for _, e := range events {
 			switch e.Name {
@@ -54,7 +56,7 @@ func TestJobsOnPeers(t *testing.T) {
 		if outputs != 3 {
 			t.Errorf("%d output events, want 3", outputs)
 		}
-		j := waitJob(t, g, id, time.Minute, terminal)
+		j := gateway.WaitJob(t, g.URL, id, time.Minute, gateway.Terminal)
 		if j["status"] != "succeeded" {
 			t.Fatalf("job ended %v: %v", j["status"], j["error"])
 		}
@@ -73,16 +75,16 @@ func TestJobsOnPeers(t *testing.T) {
 		if img == nil || img["type"] != "image" || img["content_type"] != "image/png" || img["job_id"] != id {
 			t.Fatalf("image output %v", img)
 		}
-		content := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+img["id"].(string)+"/content", nil, nil)
+		content := gateway.Do(t, http.MethodGet, g.URL+"/api/v2/assets/"+img["id"].(string)+"/content", nil, nil)
 		checkInverted(t, src, content.Body)
 		txt := byNode["6"]
 		if txt == nil || txt["type"] != "text" {
 			t.Fatalf("text output %v", txt)
 		}
-		if body := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+txt["id"].(string)+"/content", nil, nil).Body; string(body) != "hello from the peer" {
+		if body := gateway.Do(t, http.MethodGet, g.URL+"/api/v2/assets/"+txt["id"].(string)+"/content", nil, nil).Body; string(body) != "hello from the peer" {
 			t.Errorf("text content %q", body)
 		}
-		asset := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+txt["id"].(string), nil, nil).json(t)
+		asset := gateway.Do(t, http.MethodGet, g.URL+"/api/v2/assets/"+txt["id"].(string), nil, nil).JSON(t)
 		if asset["job_id"] != id {
 			t.Errorf("text asset %v does not belong to the job", asset)
 		}
@@ -105,7 +107,7 @@ func TestJobsOnPeers(t *testing.T) {
 
 	t.Run("execution_error", func(t *testing.T) {
 		id := submitOK(t, g, map[string]any{"5": node("FailNode", map[string]any{"message": "kaboom"})})
-		j := waitJob(t, g, id, time.Minute, terminal)
+		j := gateway.WaitJob(t, g.URL, id, time.Minute, gateway.Terminal)
 		e, _ := j["error"].(map[string]any)
 		if j["status"] != "failed" || e["code"] != "node_execution_error" || e["node_id"] != "5" || e["class_type"] != "FailNode" ||
 			!strings.Contains(e["message"].(string), "kaboom") || !strings.Contains(e["traceback"].(string), "RuntimeError") {
@@ -133,19 +135,19 @@ func TestJobsOnPeers(t *testing.T) {
 		running := []string{submitOK(t, g, slowText(400, 50, "a")), submitOK(t, g, slowText(400, 50, "b"))}
 		queued := submitOK(t, g, slowText(400, 50, "c"))
 		for _, id := range running {
-			waitJob(t, g, id, time.Minute, func(s string) bool { return s == "running" })
+			gateway.WaitJob(t, g.URL, id, time.Minute, func(s string) bool { return s == "running" })
 		}
 		if st := getJob(t, g, queued)["status"]; st != "queued" {
 			t.Fatalf("third job %v, want queued", st)
 		}
 		interrupts := s.peers[0].Stats().Interrupts + s.peers[1].Stats().Interrupts
 		for _, id := range append([]string{queued}, running...) {
-			if r := do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+id+"/cancel", nil, nil); r.Status != http.StatusOK {
+			if r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+id+"/cancel", nil, nil); r.Status != http.StatusOK {
 				t.Fatalf("cancel: %d %s", r.Status, r.Body)
 			}
 		}
 		for _, id := range append([]string{queued}, running...) {
-			if j := waitJob(t, g, id, time.Minute, terminal); j["status"] != "canceled" {
+			if j := gateway.WaitJob(t, g.URL, id, time.Minute, gateway.Terminal); j["status"] != "canceled" {
 				t.Errorf("job %s ended %v", id, j["status"])
 			}
 		}
@@ -167,7 +169,7 @@ func checkInverted(t *testing.T, src, got []byte) {
 		for x := 0; x < a.Bounds().Dx(); x += 3 {
 			r0, g0, _, _ := a.At(x, y).RGBA()
 			r1, g1, _, _ := b.At(x, y).RGBA()
-			if uint8(r1>>8) != comfyInvert(uint8(r0>>8)) || uint8(g1>>8) != comfyInvert(uint8(g0>>8)) {
+			if uint8(r1>>8) != gateway.ComfyInvert(uint8(r0>>8)) || uint8(g1>>8) != gateway.ComfyInvert(uint8(g0>>8)) {
 				t.Fatalf("pixel %d,%d not inverted", x, y)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // TestFaults covers acceptance 2: each fault ends in the right state with
@@ -17,7 +19,7 @@ func TestFaults(t *testing.T) {
 		var victim *comfyuipeer.Peer
 		until(t, "the job running on a peer", func() bool { victim = s.running(); return victim != nil })
 		victim.Crash()
-		j := waitJob(t, s.g, id, 2*time.Minute, terminal)
+		j := gateway.WaitJob(t, s.g.URL, id, 2*time.Minute, gateway.Terminal)
 		if j["status"] != "succeeded" {
 			t.Fatalf("job ended %v: %v", j["status"], j["error"])
 		}
@@ -32,7 +34,7 @@ func TestFaults(t *testing.T) {
 		s.peers[1].Crash()
 		// Two attempts, each bounded by the pool's unhealthy_after (3s here),
 		// plus the lease.
-		j := waitJob(t, s.g, id, 90*time.Second, terminal)
+		j := gateway.WaitJob(t, s.g.URL, id, 90*time.Second, gateway.Terminal)
 		e, _ := j["error"].(map[string]any)
 		if j["status"] != "failed" || e["code"] != "worker_lost" {
 			t.Fatalf("job %v error %v, want failed worker_lost", j["status"], e)
@@ -48,7 +50,7 @@ func TestFaults(t *testing.T) {
 		p.DropSockets()
 		until(t, "the prompt finished while disconnected", func() bool { return len(p.HistoryIDs()) == 1 })
 		p.Set(func(sw *comfyuipeer.Switches) { sw.RejectSockets = false })
-		j := waitJob(t, s.g, id, time.Minute, terminal)
+		j := gateway.WaitJob(t, s.g.URL, id, time.Minute, gateway.Terminal)
 		if j["status"] != "succeeded" {
 			t.Fatalf("job ended %v: %v", j["status"], j["error"])
 		}
@@ -61,7 +63,7 @@ func TestFaults(t *testing.T) {
 			p.Set(func(sw *comfyuipeer.Switches) { sw.HistoryDelay = time.Second })
 		}
 		id := submitOK(t, s.g, slowText(5, 10, "late"))
-		j := waitJob(t, s.g, id, time.Minute, terminal)
+		j := gateway.WaitJob(t, s.g.URL, id, time.Minute, gateway.Terminal)
 		if j["status"] != "succeeded" {
 			t.Fatalf("late history: job ended %v: %v", j["status"], j["error"])
 		}
@@ -71,7 +73,7 @@ func TestFaults(t *testing.T) {
 		var p *comfyuipeer.Peer
 		until(t, "the job running on a peer", func() bool { p = s.running(); return p != nil })
 		p.Restart()
-		j = waitJob(t, s.g, id, 2*time.Minute, terminal)
+		j = gateway.WaitJob(t, s.g.URL, id, 2*time.Minute, gateway.Terminal)
 		if j["status"] != "succeeded" {
 			t.Fatalf("restart: job ended %v: %v", j["status"], j["error"])
 		}
@@ -86,7 +88,7 @@ func checkOneText(t *testing.T, s *stack, j map[string]any, want string) {
 		t.Fatalf("outputs %v, want exactly one", outs)
 	}
 	o := outs[0].(map[string]any)
-	body := do(t, http.MethodGet, s.g.URL+"/api/v2/assets/"+o["id"].(string)+"/content", nil, nil).Body
+	body := gateway.Do(t, http.MethodGet, s.g.URL+"/api/v2/assets/"+o["id"].(string)+"/content", nil, nil).Body
 	if string(body) != want {
 		t.Errorf("output %q, want %q", body, want)
 	}

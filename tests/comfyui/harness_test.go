@@ -3,14 +3,9 @@
 package comfyui
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"image"
-	"image/color"
-	"image/png"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -120,38 +115,6 @@ func (s *stack) running() *comfyuipeer.Peer {
 	return nil
 }
 
-type response struct {
-	Status int
-	Body   []byte
-}
-
-func (r response) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("status %d body %q is not a JSON object: %v", r.Status, r.Body, err)
-	}
-	return m
-}
-
-func do(t *testing.T, method, url string, body io.Reader, header map[string]string) response {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return response{Status: resp.StatusCode, Body: data}
-}
-
 // uploadAsset uploads a PNG as the caller's asset and returns its id.
 func uploadAsset(t *testing.T, g *gateway.Gateway, data []byte, filePath string) string {
 	t.Helper()
@@ -165,17 +128,17 @@ func uploadAsset(t *testing.T, g *gateway.Gateway, data []byte, filePath string)
 	pw, _ := w.CreatePart(h)
 	pw.Write(data)
 	w.Close()
-	r := do(t, http.MethodPost, g.URL+"/api/v2/assets", &buf, map[string]string{"Content-Type": w.FormDataContentType(), "Idempotency-Key": uuid.NewString()})
+	r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/assets", &buf, map[string]string{"Content-Type": w.FormDataContentType(), "Idempotency-Key": uuid.NewString()})
 	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
 		t.Fatalf("upload: %d %s", r.Status, r.Body)
 	}
-	return r.json(t)["id"].(string)
+	return r.JSON(t)["id"].(string)
 }
 
-func submit(t *testing.T, g *gateway.Gateway, wf any) response {
+func submit(t *testing.T, g *gateway.Gateway, wf any) gateway.Response {
 	t.Helper()
 	raw, _ := json.Marshal(map[string]any{"workflow": wf})
-	return do(t, http.MethodPost, g.URL+"/api/v2/jobs", bytes.NewReader(raw),
+	return gateway.Do(t, http.MethodPost, g.URL+"/api/v2/jobs", bytes.NewReader(raw),
 		map[string]string{"Content-Type": "application/json", "Idempotency-Key": uuid.NewString()})
 }
 
@@ -186,36 +149,16 @@ func submitOK(t *testing.T, g *gateway.Gateway, wf any) string {
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
-	return r.json(t)["id"].(string)
+	return r.JSON(t)["id"].(string)
 }
 
 func getJob(t *testing.T, g *gateway.Gateway, id string) map[string]any {
 	t.Helper()
-	r := do(t, http.MethodGet, g.URL+"/api/v2/jobs/"+id, nil, nil)
+	r := gateway.Do(t, http.MethodGet, g.URL+"/api/v2/jobs/"+id, nil, nil)
 	if r.Status != http.StatusOK {
 		t.Fatalf("GET job: %d %s", r.Status, r.Body)
 	}
-	return r.json(t)
-}
-
-// waitJob polls a job until done(status) or the timeout.
-func waitJob(t *testing.T, g *gateway.Gateway, id string, timeout time.Duration, done func(string) bool) map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		j := getJob(t, g, id)
-		if done(j["status"].(string)) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s after %s", id, j["status"], timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func terminal(s string) bool {
-	return s == "succeeded" || s == "failed" || s == "canceled" || s == "expired"
+	return r.JSON(t)
 }
 
 // until polls cond for at most a minute.
@@ -228,58 +171,6 @@ func until(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-type sseEvent struct {
-	Name string
-	Data map[string]any
-}
-
-func readEvents(t *testing.T, url string, timeout time.Duration) []sseEvent {
-	t.Helper()
-	client := &http.Client{Timeout: timeout}
-	resp, err := client.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var events []sseEvent
-	var cur sseEvent
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			cur.Name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.Data)
-		case line == "" && cur.Name != "":
-			events = append(events, cur)
-			cur = sseEvent{}
-		}
-	}
-	return events
-}
-
-func gradientPNG(t *testing.T, size int) []byte {
-	t.Helper()
-	img := image.NewNRGBA(image.Rect(0, 0, size, size))
-	for y := range size {
-		for x := range size {
-			img.Set(x, y, color.NRGBA{uint8(x * 3), uint8(y * 5), uint8(x*7 + y*13), 255})
-		}
-	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func comfyInvert(v uint8) uint8 {
-	x := float32(v) / 255
-	return uint8(float32(255) * (1 - x))
 }
 
 func node(class string, inputs map[string]any) map[string]any {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // TestStagedInputsRemovedThroughGateway covers the second half of
@@ -18,7 +20,7 @@ import (
 func TestStagedInputsRemovedThroughGateway(t *testing.T) {
 	s, dirs := startStackWithInputDirs(t)
 	g := s.g
-	src := gradientPNG(t, 16)
+	src := gateway.GradientPNG(t, 16)
 	assetID := uploadAsset(t, g, src, "staged_input.png")
 	asset := map[string]any{"__type": "core/ASSET", "info": map[string]any{"id": assetID}}
 	// stagedAt is the folder of the job's inputs on whichever worker has it.
@@ -66,16 +68,16 @@ func TestStagedInputsRemovedThroughGateway(t *testing.T) {
 			uploads := s.peers[0].Stats().Uploads + s.peers[1].Stats().Uploads
 			id := submitOK(t, g, tc.workflow)
 			if tc.cancel {
-				waitJob(t, g, id, time.Minute, func(st string) bool { return st == "running" })
+				gateway.WaitJob(t, g.URL, id, time.Minute, func(st string) bool { return st == "running" })
 				until(t, "the prompt running on a peer", func() bool { return s.running() != nil })
 				if at := stagedAt(id); len(at) != 1 {
 					t.Fatalf("while running, the job's input folder is at %v, want on one worker", at)
 				}
-				if r := do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+id+"/cancel", nil, nil); r.Status != http.StatusOK {
+				if r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+id+"/cancel", nil, nil); r.Status != http.StatusOK {
 					t.Fatalf("cancel: %d %s", r.Status, r.Body)
 				}
 			}
-			j := waitJob(t, g, id, time.Minute, terminal)
+			j := gateway.WaitJob(t, g.URL, id, time.Minute, gateway.Terminal)
 			if j["status"] != tc.wantStatus {
 				t.Fatalf("job ended %v (%v), want %s", j["status"], j["error"], tc.wantStatus)
 			}
@@ -94,7 +96,7 @@ func TestStagedInputsRemovedThroughGateway(t *testing.T) {
 			if tc.wantStatus == "succeeded" {
 				// The worker read the staged file from its input directory.
 				out := j["outputs"].([]any)[0].(map[string]any)
-				checkInverted(t, src, do(t, http.MethodGet, g.URL+"/api/v2/assets/"+out["id"].(string)+"/content", nil, nil).Body)
+				checkInverted(t, src, gateway.Do(t, http.MethodGet, g.URL+"/api/v2/assets/"+out["id"].(string)+"/content", nil, nil).Body)
 			}
 		})
 	}

@@ -28,7 +28,7 @@ func TestAssetsLifecycle(t *testing.T) {
 			if first.Status != http.StatusCreated {
 				t.Fatalf("first upload: %d %s", first.Status, first.Body)
 			}
-			a := first.json(t)
+			a := first.JSON(t)
 			id, _ := a["id"].(string)
 			if a["hash"] != hash || a["created_new"] != true || a["size_bytes"] != float64(len(data)) ||
 				a["content_type"] != "image/png" || a["file_path"] != "in/photo.png" {
@@ -48,10 +48,10 @@ func TestAssetsLifecycle(t *testing.T) {
 
 			// The same bytes again: a dedup hit on the caller's own bytes.
 			second := upload(t, g, nil, uploadParts(data, "other.png")...)
-			if second.Status != http.StatusOK || second.json(t)["created_new"] != false {
+			if second.Status != http.StatusOK || second.JSON(t)["created_new"] != false {
 				t.Fatalf("second upload: %d %s", second.Status, second.Body)
 			}
-			secondID := second.json(t)["id"].(string)
+			secondID := second.JSON(t)["id"].(string)
 			if secondID == id {
 				t.Fatal("second upload returned the first record")
 			}
@@ -64,15 +64,15 @@ func TestAssetsLifecycle(t *testing.T) {
 			}
 			// from-hash with an identical reference returns it as-is.
 			fh := do(t, http.MethodPost, g.URL+"/api/v2/assets/from-hash", strings.NewReader(`{"hash":"`+hash+`","file_path":"in/photo.png"}`), map[string]string{"Content-Type": "application/json"})
-			if fh.Status != http.StatusOK || fh.json(t)["id"] != id {
+			if fh.Status != http.StatusOK || fh.JSON(t)["id"] != id {
 				t.Fatalf("from-hash identical: %d %s", fh.Status, fh.Body)
 			}
 			// from-hash with a new path mints a record over the same bytes.
 			fh2 := do(t, http.MethodPost, g.URL+"/api/v2/assets/from-hash", strings.NewReader(`{"hash":"`+hash+`","file_path":"third.png"}`), nil)
-			if fh2.Status != http.StatusCreated || fh2.json(t)["id"] == id || fh2.json(t)["size_bytes"] != float64(len(data)) {
+			if fh2.Status != http.StatusCreated || fh2.JSON(t)["id"] == id || fh2.JSON(t)["size_bytes"] != float64(len(data)) {
 				t.Fatalf("from-hash new path: %d %s", fh2.Status, fh2.Body)
 			}
-			thirdID := fh2.json(t)["id"].(string)
+			thirdID := fh2.JSON(t)["id"].(string)
 
 			// Content whole and by range.
 			whole := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+id+"/content", nil, nil)
@@ -167,7 +167,7 @@ func TestUploadBadInputs(t *testing.T) {
 					if ok.Status != http.StatusCreated {
 						t.Fatalf("retry with the released key: %d %s", ok.Status, ok.Body)
 					}
-					deleteAsset(t, g, ok.json(t)["id"].(string))
+					deleteAsset(t, g, ok.JSON(t)["id"].(string))
 				})
 			}
 			t.Run("not multipart", func(t *testing.T) {
@@ -186,7 +186,7 @@ func TestUploadBadInputs(t *testing.T) {
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				r := response{Status: resp.StatusCode, Body: b}
+				r := response{gateway.Response{Status: resp.StatusCode, Body: b}}
 				if r.Status != 413 || r.errorCode(t) != "payload_too_large" {
 					t.Fatalf("got %d %s", r.Status, b)
 				}
@@ -202,7 +202,7 @@ func TestUploadBadInputs(t *testing.T) {
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if r := (response{Status: resp.StatusCode, Body: b}); r.Status != 413 || r.errorCode(t) != "payload_too_large" {
+				if r := (response{gateway.Response{Status: resp.StatusCode, Body: b}}); r.Status != 413 || r.errorCode(t) != "payload_too_large" {
 					t.Fatalf("got %d %s", r.Status, b)
 				}
 				assertNothingLeft(t, g, nil)

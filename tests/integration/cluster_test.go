@@ -42,8 +42,8 @@ func TestStreamFromAnotherProcess(t *testing.T) {
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
-	id := r.json(t)["id"].(string)
-	events := readEvents(t, api.URL+"/api/v2/jobs/"+id+"/events", 120*time.Second)
+	id := r.JSON(t)["id"].(string)
+	events := gateway.ReadEvents(t, api.URL+"/api/v2/jobs/"+id+"/events", 120*time.Second)
 	if len(events) < 3 || events[0].Name != "status" {
 		t.Fatalf("events: %v", names(events))
 	}
@@ -71,7 +71,7 @@ func TestStreamFromAnotherProcess(t *testing.T) {
 	}
 }
 
-func names(events []sseEvent) []string {
+func names(events []gateway.SSEEvent) []string {
 	var n []string
 	for _, e := range events {
 		n = append(n, e.Name+":"+fmt.Sprint(e.Data["status"]))
@@ -90,17 +90,17 @@ func TestKillReclaim(t *testing.T) {
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
-	id := r.json(t)["id"].(string)
-	waitJob(t, first, id, 30*time.Second, func(s string) bool { return s == "running" })
+	id := r.JSON(t)["id"].(string)
+	gateway.WaitJob(t, first.URL, id, 30*time.Second, func(s string) bool { return s == "running" })
 	second := startMember(t, global, blobs)
 	// The job must still be mid-run when its process dies, or nothing is
 	// reclaimed and the test proves nothing.
-	if j := waitJob(t, second, id, time.Second, func(string) bool { return true }); j["status"] != "running" {
+	if j := gateway.WaitJob(t, second.URL, id, time.Second, func(string) bool { return true }); j["status"] != "running" {
 		t.Fatalf("the job was %v before the kill; make the workflow slower", j["status"])
 	}
 	first.Kill()
 	killedAt := time.Now()
-	done := waitJob(t, second, id, 120*time.Second, terminal)
+	done := gateway.WaitJob(t, second.URL, id, 120*time.Second, gateway.Terminal)
 	if done["status"] != "succeeded" {
 		t.Fatalf("reclaimed job ended %v: %v", done["status"], done["error"])
 	}
@@ -153,7 +153,7 @@ func TestOneJobPerKey(t *testing.T) {
 	if r := submit(t, g, map[string]any{"workflow": slowWorkflow(1)}, map[string]string{"Idempotency-Key": key}); r.Status != 422 {
 		t.Errorf("after the flush: %d %s", r.Status, r.Body)
 	}
-	list := do(t, http.MethodGet, g.URL+"/api/v2/jobs?limit=100", nil, nil).json(t)
+	list := do(t, http.MethodGet, g.URL+"/api/v2/jobs?limit=100", nil, nil).JSON(t)
 	if n := len(list["jobs"].([]any)); created != 1 || n != 1 {
 		t.Fatalf("created %d (refused %d), %d jobs exist; want exactly one", created, refused, n)
 	}
@@ -170,7 +170,7 @@ func TestQueueFull(t *testing.T) {
 		if r.Status != http.StatusCreated {
 			t.Fatalf("submit %d: %d %s", i, r.Status, r.Body)
 		}
-		j := r.json(t)
+		j := r.JSON(t)
 		if j["queue_position"] != float64(i+1) {
 			t.Errorf("queue_position %v, want %d", j["queue_position"], i+1)
 		}
@@ -182,11 +182,11 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("over the bound: %d %s", full.Status, full.Body)
 	}
 	c := do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+ids[0]+"/cancel", nil, nil)
-	if c.Status != 200 || c.json(t)["status"] != "canceled" {
+	if c.Status != 200 || c.JSON(t)["status"] != "canceled" {
 		t.Fatalf("cancel queued: %d %s", c.Status, c.Body)
 	}
 	again := do(t, http.MethodPost, g.URL+"/api/v2/jobs/"+ids[0]+"/cancel", nil, nil)
-	if again.Status != 200 || again.json(t)["status"] != "canceled" {
+	if again.Status != 200 || again.JSON(t)["status"] != "canceled" {
 		t.Fatalf("cancel again: %d %s", again.Status, again.Body)
 	}
 	if r := submit(t, g, map[string]any{"workflow": slowWorkflow(1)}, map[string]string{"Idempotency-Key": key}); r.Status != http.StatusCreated {

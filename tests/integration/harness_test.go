@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -123,25 +122,12 @@ func hashOf(b []byte) string {
 	return fmt.Sprintf("blake3:%x", s[:])
 }
 
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
+// response is a whole response from a v2 gateway.
+type response struct{ gateway.Response }
 
-func (r response) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil {
-		t.Fatalf("status %d body %q is not a JSON object: %v", r.Status, r.Body, err)
-	}
-	return m
-}
-
-// errorCode checks the v2 envelope and returns error.code.
 func (r response) errorCode(t *testing.T) string {
 	t.Helper()
-	m := r.json(t)
+	m := r.JSON(t)
 	e, ok := m["error"].(map[string]any)
 	if !ok {
 		t.Fatalf("status %d: no error envelope in %s", r.Status, r.Body)
@@ -156,25 +142,14 @@ func (r response) errorCode(t *testing.T) string {
 	return code
 }
 
+// do sends one request to a v2 gateway, which must answer with X-Request-Id.
 func do(t *testing.T, method, url string, body io.Reader, header map[string]string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.Header.Get("X-Request-Id") == "" {
+	r := gateway.Do(t, method, url, body, header)
+	if r.Header.Get("X-Request-Id") == "" {
 		t.Errorf("%s %s: response without X-Request-Id", method, url)
 	}
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return response{r}
 }
 
 func upload(t *testing.T, g *gateway.Gateway, header map[string]string, parts ...part) response {

@@ -36,7 +36,7 @@ func TestUploadIdempotencyKey(t *testing.T) {
 				if third.Status != 422 {
 					t.Errorf("key released by a refused reuse: %d", third.Status)
 				}
-				deleteAsset(t, g, first.json(t)["id"].(string))
+				deleteAsset(t, g, first.JSON(t)["id"].(string))
 				if tmp := blobFiles(t, g, "tmp"); len(tmp) != 0 {
 					t.Errorf("temp files left: %v", tmp)
 				}
@@ -63,7 +63,7 @@ func TestUploadIdempotencyKey(t *testing.T) {
 						r := upload(t, g, map[string]string{"Idempotency-Key": key}, uploadParts(randomBytes(20_000), "c.png")...)
 						statuses[i] = r.Status
 						if r.Status == http.StatusCreated {
-							ids[i] = r.json(t)["id"].(string)
+							ids[i] = r.JSON(t)["id"].(string)
 						} else if r.Status != 422 || r.errorCode(t) != "idempotency_key_reuse" {
 							t.Errorf("request %d: %d %s", i, r.Status, r.Body)
 						}
@@ -118,7 +118,7 @@ func TestTenantIsolation(t *testing.T) {
 			if up.Status != http.StatusCreated {
 				t.Fatalf("alice upload: %d %s", up.Status, up.Body)
 			}
-			id := up.json(t)["id"].(string)
+			id := up.JSON(t)["id"].(string)
 			missing := uuid.NewString()
 
 			for _, path := range []string{"/api/v2/assets/%s", "/api/v2/assets/%s/content"} {
@@ -141,7 +141,7 @@ func TestTenantIsolation(t *testing.T) {
 			}
 			// Bob uploading the same bytes sees a brand-new blob.
 			bobUp := upload(t, g, bob, uploadParts(data, "mine.png")...)
-			if bobUp.Status != http.StatusCreated || bobUp.json(t)["created_new"] != true {
+			if bobUp.Status != http.StatusCreated || bobUp.JSON(t)["created_new"] != true {
 				t.Errorf("bob's upload of alice's bytes: %d %s", bobUp.Status, bobUp.Body)
 			}
 			// And alice's asset is still whole.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // TestJobsOnBuiltin runs LoadImage → ImageInvert → SaveImage on the
@@ -22,12 +24,12 @@ func TestJobsOnBuiltin(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			g := startGateway(t, b)
-			in := gradientPNG(t, 64)
+			in := gateway.GradientPNG(t, 64)
 			up := upload(t, g, nil, uploadParts(in, "gradient.png")...)
 			if up.Status != http.StatusCreated {
 				t.Fatalf("upload: %d %s", up.Status, up.Body)
 			}
-			assetID := up.json(t)["id"].(string)
+			assetID := up.JSON(t)["id"].(string)
 			ref := map[string]any{"__type": "core/ASSET", "info": map[string]any{"id": assetID}}
 
 			for name, image := range map[string]any{"by name": "gradient.png", "by asset": ref} {
@@ -36,7 +38,7 @@ func TestJobsOnBuiltin(t *testing.T) {
 					if r.Status != http.StatusCreated {
 						t.Fatalf("submit: %d %s", r.Status, r.Body)
 					}
-					j := r.json(t)
+					j := r.JSON(t)
 					id := j["id"].(string)
 					for _, k := range []string{"id", "status", "created_at", "started_at", "completed_at", "expires_at", "queue_position", "progress", "outputs", "error", "urls", "metrics"} {
 						if _, ok := j[k]; !ok {
@@ -50,7 +52,7 @@ func TestJobsOnBuiltin(t *testing.T) {
 					if urls["self"] != g.URL+"/api/v2/jobs/"+id || urls["events"] != g.URL+"/api/v2/jobs/"+id+"/events" {
 						t.Errorf("urls: %v", urls)
 					}
-					done := waitJob(t, g, id, 60*time.Second, terminal)
+					done := gateway.WaitJob(t, g.URL, id, 60*time.Second, gateway.Terminal)
 					if done["status"] != "succeeded" {
 						t.Fatalf("job ended %v: %v", done["status"], done["error"])
 					}
@@ -75,7 +77,7 @@ func TestJobsOnBuiltin(t *testing.T) {
 						t.Fatalf("output is not a PNG: %v", err)
 					}
 					checkInverted(t, img, 64)
-					asset := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+o["id"].(string), nil, nil).json(t)
+					asset := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+o["id"].(string), nil, nil).JSON(t)
 					if asset["job_id"] != id {
 						t.Errorf("output asset's job_id: %v", asset["job_id"])
 					}
@@ -83,7 +85,7 @@ func TestJobsOnBuiltin(t *testing.T) {
 					if r := do(t, http.MethodDelete, g.URL+"/api/v2/assets/"+o["id"].(string), nil, nil); r.Status != http.StatusConflict || r.errorCode(t) != "asset_in_use" {
 						t.Errorf("delete of a retained output: %d %s", r.Status, r.Body)
 					}
-					wf := do(t, http.MethodGet, g.URL+"/api/v2/jobs/"+id+"/workflow", nil, nil).json(t)
+					wf := do(t, http.MethodGet, g.URL+"/api/v2/jobs/"+id+"/workflow", nil, nil).JSON(t)
 					if wf["format"] != "api" || wf["workflow"].(map[string]any)["2"] == nil {
 						t.Errorf("workflow: %v", wf)
 					}
@@ -92,12 +94,12 @@ func TestJobsOnBuiltin(t *testing.T) {
 
 			t.Run("list", func(t *testing.T) {
 				r := do(t, http.MethodGet, g.URL+"/api/v2/jobs?status=succeeded&limit=1", nil, nil)
-				page := r.json(t)
+				page := r.JSON(t)
 				if len(page["jobs"].([]any)) != 1 || page["next_cursor"] == nil {
 					t.Fatalf("first page: %s", r.Body)
 				}
 				r2 := do(t, http.MethodGet, g.URL+"/api/v2/jobs?status=succeeded&limit=1&cursor="+page["next_cursor"].(string), nil, nil)
-				page2 := r2.json(t)
+				page2 := r2.JSON(t)
 				if len(page2["jobs"].([]any)) != 1 || page2["next_cursor"] != nil {
 					t.Fatalf("last page: %s", r2.Body)
 				}
@@ -122,7 +124,7 @@ func checkInverted(t *testing.T, img image.Image, size int) {
 	for y := 0; y < size; y++ {
 		for x := 0; x < size; x++ {
 			r, g, bl, _ := img.At(x, y).RGBA()
-			want := [3]uint8{comfyInvert(uint8(x)), comfyInvert(uint8(y)), comfyInvert(uint8(x*7 + y*13))}
+			want := [3]uint8{gateway.ComfyInvert(uint8(x)), gateway.ComfyInvert(uint8(y)), gateway.ComfyInvert(uint8(x*7 + y*13))}
 			got := [3]uint8{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8)}
 			if got != want {
 				t.Fatalf("pixel %d,%d = %v, want %v", x, y, got, want)
@@ -183,7 +185,7 @@ func TestSubmitRefusals(t *testing.T) {
 				t.Fatalf("got %d %.300s, want %d %s", r.Status, r.Body, c.status, c.code)
 			}
 			if c.node != "" {
-				details, _ := r.json(t)["error"].(map[string]any)["details"].(map[string]any)
+				details, _ := r.JSON(t)["error"].(map[string]any)["details"].(map[string]any)
 				ne, _ := details["node_errors"].(map[string]any)
 				entries, _ := ne[c.node].([]any)
 				found := false
@@ -204,7 +206,7 @@ func TestSubmitRefusals(t *testing.T) {
 			}
 		})
 	}
-	list := do(t, http.MethodGet, g.URL+"/api/v2/jobs?limit=100", nil, nil).json(t)
+	list := do(t, http.MethodGet, g.URL+"/api/v2/jobs?limit=100", nil, nil).JSON(t)
 	if n := len(list["jobs"].([]any)); n != len(cases) {
 		t.Errorf("%d jobs exist, want only the %d good retries", n, len(cases))
 	}

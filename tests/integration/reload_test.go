@@ -32,8 +32,8 @@ func TestReloadKeepsRunningJobs(t *testing.T) {
 	if r.Status != http.StatusCreated {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
-	id := r.json(t)["id"].(string)
-	waitJob(t, g, id, 30*time.Second, func(s string) bool { return s == "running" })
+	id := r.JSON(t)["id"].(string)
+	gateway.WaitJob(t, g.URL, id, 30*time.Second, func(s string) bool { return s == "running" })
 
 	next := strings.ReplaceAll(strings.ReplaceAll(cfg("second"), "{BLOBS}", blobs), "{PORT}", fmt.Sprint(g.Port))
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/load", adminPort), strings.NewReader(next))
@@ -49,7 +49,7 @@ func TestReloadKeepsRunningJobs(t *testing.T) {
 	if r := do(t, http.MethodGet, g.URL+"/nowhere", nil, nil); r.Header.Get("X-Config") != "second" {
 		t.Fatalf("the new config is not serving (X-Config %q)", r.Header.Get("X-Config"))
 	}
-	done := waitJob(t, g, id, 120*time.Second, terminal)
+	done := gateway.WaitJob(t, g.URL, id, 120*time.Second, gateway.Terminal)
 	if done["status"] != "succeeded" {
 		t.Fatalf("job ended %v: %v", done["status"], done["error"])
 	}
