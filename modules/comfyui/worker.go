@@ -197,16 +197,16 @@ func (w *worker) connectLoop(ctx context.Context) {
 			}
 			w.markFailure(err)
 			w.log.Debug("connecting to worker", zap.Error(err))
-			if !sleepCtx(ctx, backoff) {
+			if !reconnectSleep(ctx, backoff) {
 				return
 			}
 			backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
 			continue
 		}
-		backoff = 100 * time.Millisecond
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		w.broadcast(event{kind: evReconnected})
+		connected := time.Now()
 		err = w.readLoop(ctx, conn)
 		conn.CloseNow()
 		if ctx.Err() != nil {
@@ -214,8 +214,24 @@ func (w *worker) connectLoop(ctx context.Context) {
 			return
 		}
 		w.log.Warn("worker socket closed; reconnecting", zap.Error(err))
+		// A socket that stayed up a while starts the backoff over; one that
+		// drops at once (a proxy closing upgraded sockets, an oversized
+		// frame) keeps growing it, so a reconnect never becomes a tight
+		// loop of dials and /object_info reads against the worker.
+		if time.Since(connected) >= stableConnection {
+			backoff = 100 * time.Millisecond
+		}
+		if !reconnectSleep(ctx, backoff) {
+			w.broadcast(event{kind: evLost, err: errPoolClosed})
+			return
+		}
+		backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
 	}
 }
+
+// stableConnection is how long a socket must stay up for its drop to start
+// the reconnect backoff over.
+const stableConnection = 30 * time.Second
 
 func (w *worker) broadcast(e event) {
 	w.mu.Lock()
@@ -419,6 +435,10 @@ func (w *worker) refreshCatalog(ctx context.Context) error {
 	w.pool.notify()
 	return nil
 }
+
+// reconnectSleep waits between reconnects; tests replace it to see the
+// backoff without waiting.
+var reconnectSleep = sleepCtx
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

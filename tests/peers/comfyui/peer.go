@@ -36,6 +36,9 @@ type Switches struct {
 	HistoryDelay time.Duration
 	// RejectSockets answers /ws with 503 (a socket that cannot reconnect).
 	RejectSockets bool
+	// CloseSocketsOnAccept accepts each /ws upgrade and closes it at once,
+	// like a proxy that drops upgraded connections.
+	CloseSocketsOnAccept bool
 }
 
 // Options shape a peer at creation.
@@ -289,6 +292,16 @@ func (p *Peer) ws(w http.ResponseWriter, r *http.Request) {
 	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	dropAtOnce := p.sw.CloseSocketsOnAccept
+	if dropAtOnce {
+		p.stats.Sockets++
+	}
+	p.mu.Unlock()
+	if dropAtOnce {
+		conn.CloseNow()
 		return
 	}
 	s := &socket{conn: conn}
