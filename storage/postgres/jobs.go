@@ -130,12 +130,26 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 	if !isUUID(id) {
 		return storage.Job{}, fmt.Errorf("postgres: get job: %w", storage.ErrNotFound)
 	}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	// One round trip for the job and its outputs: the hottest read of the
+	// API. Outputs only ever grow, so reading them a statement after the
+	// job can at most show one that landed in between.
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND account_id = $2`, id, accountID)
+	batch.Queue(outputsQuery, id)
+	br := s.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	job, err := scanJob(br.QueryRow())
 	if err != nil {
-		return storage.Job{}, mapErr("get job: begin", err)
+		return storage.Job{}, mapErr("read job", err)
 	}
-	defer rollback(ctx, tx)
-	return loadJob(ctx, tx, `id = $1 AND account_id = $2`, id, accountID)
+	rows, err := br.Query()
+	if err != nil {
+		return storage.Job{}, mapErr("read job outputs", err)
+	}
+	if job.Outputs, err = scanOutputs(rows); err != nil {
+		return storage.Job{}, err
+	}
+	return job, nil
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
@@ -219,25 +233,37 @@ func loadJob(ctx context.Context, q querier, where string, args ...any) (storage
 	if err != nil {
 		return storage.Job{}, mapErr("read job", err)
 	}
-	rows, err := q.Query(ctx, `SELECT o.node_id, o.name, o.type, `+assetColumnsA+`
-		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
-		WHERE o.job_id = $1 ORDER BY o.seq`, job.ID)
+	rows, err := q.Query(ctx, outputsQuery, job.ID)
 	if err != nil {
 		return storage.Job{}, mapErr("read job outputs", err)
 	}
-	defer rows.Close()
-	job.Outputs = []storage.Output{}
-	for rows.Next() {
-		var o storage.Output
-		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
-			return storage.Job{}, mapErr("read job output", err)
-		}
-		job.Outputs = append(job.Outputs, o)
-	}
-	if err := rows.Err(); err != nil {
-		return storage.Job{}, mapErr("read job outputs", err)
+	if job.Outputs, err = scanOutputs(rows); err != nil {
+		return storage.Job{}, err
 	}
 	return job, nil
+}
+
+// outputsQuery reads a job's outputs with their assets, in commit order.
+var outputsQuery = `SELECT o.node_id, o.name, o.type, ` + assetColumnsA + `
+	FROM job_outputs o JOIN assets a ON a.id = o.asset_id
+	WHERE o.job_id = $1 ORDER BY o.seq`
+
+// scanOutputs reads outputsQuery's rows and closes them.
+func scanOutputs(rows pgx.Rows) ([]storage.Output, error) {
+	defer rows.Close()
+	outputs := []storage.Output{}
+	for rows.Next() {
+		var o storage.Output
+		var err error
+		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
+			return nil, mapErr("read job output", err)
+		}
+		outputs = append(outputs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("read job outputs", err)
+	}
+	return outputs, nil
 }
 
 // queryJobs reads jobs (without outputs) in the query's order.
