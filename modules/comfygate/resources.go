@@ -33,13 +33,13 @@ type resourceConfig struct {
 	Blobs   BlobsConfig   `json:"blobs"`
 }
 
-// resources are the backends of one resourceConfig, opened on first Start.
+// resources are the backends of one resourceConfig, opened on first use.
 type resources struct {
 	cfg    resourceConfig
 	logger *zap.Logger
 
-	once      sync.Once
-	openErr   error
+	mu        sync.Mutex
+	opened    bool
 	store     storage.Store
 	claims    storage.ClaimStore
 	blobs     *blob.FileSystem
@@ -58,15 +58,22 @@ const openTimeout = 30 * time.Second
 // first: the app's Start or a request (Caddy starts apps in no fixed order,
 // so the HTTP server may take requests before this app has started). It
 // runs detached from the caller's context so that one cancelled request
-// cannot fail it for everyone. A failed open is remembered: the
-// configuration fails to start, and a later configuration gets a fresh pool entry.
+// cannot fail it for everyone. A failure is not remembered: whatever was
+// opened is closed again, and the next call tries afresh, so a dependency
+// that was briefly down at first use does not break the gateway for good.
 func (r *resources) open() error {
-	r.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
-		defer cancel()
-		r.openErr = r.doOpen(ctx)
-	})
-	return r.openErr
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.opened {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	if err := r.doOpen(ctx); err != nil {
+		return err
+	}
+	r.opened = true
+	return nil
 }
 
 func (r *resources) doOpen(ctx context.Context) (err error) {
@@ -124,6 +131,8 @@ const redisPrefix = "comfygate:"
 // extraDataTTL bounds how long a job's extra_data is held in memory.
 const extraDataTTL = 24 * time.Hour
 
+// closeAll closes whatever is open and forgets it, so that a later open
+// starts clean.
 func (r *resources) closeAll() error {
 	var errs []error
 	if r.bus != nil {
@@ -135,6 +144,7 @@ func (r *resources) closeAll() error {
 	if r.store != nil {
 		errs = append(errs, r.store.Close())
 	}
+	r.bus, r.claims, r.store, r.blobs, r.extraData = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 

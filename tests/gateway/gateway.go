@@ -160,14 +160,18 @@ func (g *Gateway) waitReady(t testing.TB) {
 			t.Fatalf("gateway exited during start:\n%s", g.logs.String())
 		default:
 		}
+		// Caddy may serve requests before every app has started, so ready
+		// means both: the port answers and the whole config is running.
 		resp, err := client.Get(g.URL + "/api/v2/assets/00000000-0000-0000-0000-000000000000")
 		if err == nil {
 			resp.Body.Close()
-			return
+			if strings.Contains(g.logs.String(), "serving initial configuration") {
+				return
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("gateway did not answer within 60s:\n%s", g.logs.String())
+	t.Fatalf("gateway did not start within 60s:\n%s", g.logs.String())
 }
 
 // Logs returns what the process printed so far.
