@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -17,6 +19,17 @@ const (
 	JobFailed    = "failed"
 	JobExpired   = "expired"
 )
+
+// SortJobs orders jobs oldest first (creation time, then id): the order the
+// backends' reaper methods promise, whatever order the database returned.
+func SortJobs(jobs []Job) {
+	slices.SortFunc(jobs, func(a, b Job) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
 
 // Terminal reports whether status is final.
 func Terminal(status string) bool {

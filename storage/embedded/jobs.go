@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -230,17 +229,6 @@ func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]sto
 		return nil, fmt.Errorf("embedded: list jobs: %w", err)
 	}
 	return jobs, nil
-}
-
-// sortJobs orders jobs oldest first (created_at, then id), the order the
-// reaper methods return them in whatever order the database produced.
-func sortJobs(jobs []storage.Job) {
-	slices.SortFunc(jobs, func(a, b storage.Job) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
 }
 
 // scanJob reads one row in jobColumns order.

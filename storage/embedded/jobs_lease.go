@@ -227,7 +227,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, t)
 		return err
 	})
-	sortJobs(jobs)
+	storage.SortJobs(jobs)
 	return jobs, err
 }
 
@@ -252,7 +252,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 			RETURNING `+jobColumns, t, t, formatTime(runningBefore), limit)
 		return err
 	})
-	sortJobs(jobs)
+	storage.SortJobs(jobs)
 	return jobs, err
 }
 

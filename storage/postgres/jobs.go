@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -285,17 +284,6 @@ func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]sto
 		return nil, mapErr("list jobs", err)
 	}
 	return jobs, nil
-}
-
-// sortJobs orders jobs oldest first (created_at, then id); RETURNING gives
-// no order of its own.
-func sortJobs(jobs []storage.Job) {
-	slices.SortFunc(jobs, func(a, b storage.Job) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
 }
 
 // scanJob reads one row in jobColumns order.

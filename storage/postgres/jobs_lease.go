@@ -228,7 +228,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reclaim: %w", err)
 	}
-	sortJobs(jobs)
+	storage.SortJobs(jobs)
 	return jobs, nil
 }
 
@@ -250,7 +250,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 	if err != nil {
 		return nil, fmt.Errorf("postgres: expire jobs: %w", err)
 	}
-	sortJobs(jobs)
+	storage.SortJobs(jobs)
 	return jobs, nil
 }
 

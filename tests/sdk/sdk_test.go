@@ -15,10 +15,7 @@ import (
 
 func TestOfficialSDK(t *testing.T) {
 	root := gateway.RepoRoot(t)
-	sdkDir := filepath.Join(root, "tests", "sdk")
-	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "@comfyorg", "sdk")); err != nil {
-		t.Fatalf("the SDK is not installed; run tests/run (it runs npm ci in tests/sdk): %v", err)
-	}
+	requireSDK(t)
 	example, err := os.ReadFile(filepath.Join(root, "caddyfile-examples", "self-hosted.Caddyfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +24,31 @@ func TestOfficialSDK(t *testing.T) {
 	// that it cannot collide with anything else on this machine.
 	cfg := strings.ReplaceAll(string(example), ":8189", ":{PORT}")
 	cfg = strings.Replace(cfg, "{\n", "{\n\tadmin off\n", 1)
-	g := gateway.Start(t, cfg, gateway.Options{})
+	runSDKTests(t, gateway.Start(t, cfg, gateway.Options{}))
+}
 
-	tests, err := filepath.Glob(filepath.Join(sdkDir, "*.test.mjs"))
+// sdkDir is where the SDK's Node tests and their node_modules live.
+func sdkDir(t *testing.T) string { return filepath.Join(gateway.RepoRoot(t), "tests", "sdk") }
+
+// requireSDK fails the test when the SDK's npm dependencies are missing.
+func requireSDK(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(sdkDir(t), "node_modules", "@comfyorg", "sdk")); err != nil {
+		t.Fatalf("the SDK is not installed; run tests/run (it runs npm ci in tests/sdk): %v", err)
+	}
+}
+
+// runSDKTests runs every *.test.mjs against the gateway g.
+func runSDKTests(t *testing.T, g *gateway.Gateway) {
+	t.Helper()
+	dir := sdkDir(t)
+	tests, err := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
 	if err != nil || len(tests) == 0 {
 		t.Fatalf("no SDK tests found: %v", err)
 	}
 	args := append([]string{"--test", "--test-reporter=spec"}, tests...)
 	cmd := exec.Command("node", args...)
-	cmd.Dir = sdkDir
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "COMFY_BASE_URL="+g.URL, "COMFYGATE_TEST_PORT="+strconv.Itoa(g.Port))
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
