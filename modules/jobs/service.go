@@ -128,6 +128,12 @@ func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.
 	nodeErrors := map[string][]map[string]string{}
 	for _, ref := range refs {
 		key := workflow.InputKey{Node: ref.Node, Input: ref.Input}
+		if ownOption(g, cat, ref) {
+			// The node's own option ("bilinear"): valid whether or not an
+			// asset bears the name, so looking it up would change nothing
+			// but cost a database round trip per value.
+			continue
+		}
 		_, err := lookupRef(ctx, s.Store, account, ref.AssetID, ref.FileName)
 		switch {
 		case err == nil:
@@ -160,6 +166,19 @@ func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.
 			WithDetails(map[string]any{"missing": missing, "node_errors": nodeErrors})
 	}
 	return resolved, nil
+}
+
+// ownOption reports whether ref is a plain string on a combo input that is
+// not an upload picker and is one of the combo's listed choices. Validate
+// accepts such a value as it stands, so resolving it against the caller's
+// assets cannot change the outcome. Upload pickers (LoadImage.image) are
+// always looked up: there a listed name may still mean the caller's asset.
+func ownOption(g workflow.Graph, cat workflow.Catalog, ref workflow.AssetRef) bool {
+	if ref.IsObject() || ref.Upload {
+		return false
+	}
+	spec, _, ok := cat[g[ref.Node].ClassType].Input(ref.Input)
+	return ok && spec.HasChoice(ref.FileName)
 }
 
 // lookupRef finds the caller's asset by id (a core/ASSET object) or by
