@@ -69,6 +69,10 @@ type Job struct {
 	Attempt int
 	// Outputs in the order they were committed (GetJob and ClaimJob fill it).
 	Outputs []Output
+	// QueuePosition is the job's 1-based place among its pool's queued
+	// jobs as read with the job; 0 when not queued or not read. CreateJob
+	// and GetJob fill it; other methods leave it 0.
+	QueuePosition int
 }
 
 // Output is one committed output of a job: an asset with its node and kind.
@@ -126,9 +130,12 @@ type JobCursor struct {
 
 // JobStore keeps jobs, their queue, leases and outputs.
 type JobStore interface {
-	// CreateJob records a queued job (durably, before it returns).
+	// CreateJob records a queued job (durably, before it returns) and
+	// returns it with its QueuePosition. Under concurrent creates the
+	// position may be off by the number in flight (as the bound may).
 	CreateJob(ctx context.Context, j NewJob) (Job, error)
-	// GetJob returns the account's job with its outputs, or ErrNotFound.
+	// GetJob returns the account's job with its outputs (and QueuePosition
+	// when it is queued), or ErrNotFound.
 	GetJob(ctx context.Context, accountID, id string) (Job, error)
 	// ListJobs returns the account's jobs, newest first, without outputs.
 	ListJobs(ctx context.Context, accountID string, q JobQuery) ([]Job, error)

@@ -209,10 +209,15 @@ func (s *Service) Get(ctx context.Context, account, id string) (storage.Job, err
 }
 
 // QueuePosition returns the job's 1-based queue position, or nil when it
-// is not queued.
+// is not queued. A position read with the job (CreateJob, GetJob) is used
+// as it stands; only a job read without one costs a query.
 func (s *Service) QueuePosition(ctx context.Context, j storage.Job) (*int, error) {
 	if j.Status != storage.JobQueued {
 		return nil, nil
+	}
+	if j.QueuePosition > 0 {
+		pos := j.QueuePosition
+		return &pos, nil
 	}
 	pos, err := s.Store.QueuePosition(ctx, j.ID)
 	if err != nil {

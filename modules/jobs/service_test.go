@@ -253,3 +253,51 @@ func TestCancel(t *testing.T) {
 		wantAPIErr(t, err, 404, "not_found")
 	}
 }
+
+// positionCountingStore counts QueuePosition queries.
+type positionCountingStore struct {
+	Store
+	queries int
+}
+
+func (p *positionCountingStore) QueuePosition(ctx context.Context, id string) (int, error) {
+	p.queries++
+	return p.Store.QueuePosition(ctx, id)
+}
+
+// A position read with the job (CreateJob, GetJob) is used as it stands; a
+// queued job read without one is looked up.
+func TestQueuePositionReadWithJob(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ps := &positionCountingStore{Store: e.store}
+	e.svc.Store = ps
+	body := []byte(`{"workflow":{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":0}},` +
+		`"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"x"}}}}`)
+	var jobs []storage.Job
+	for i := range 3 {
+		j, err := e.svc.Submit(ctx, "acct", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos, err := e.svc.QueuePosition(ctx, j); err != nil || pos == nil || *pos != i+1 {
+			t.Fatalf("QueuePosition of submit %d = %v, %v; want %d", i, pos, err, i+1)
+		}
+		jobs = append(jobs, j)
+	}
+	got, err := e.svc.Get(ctx, "acct", jobs[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos, err := e.svc.QueuePosition(ctx, got); err != nil || pos == nil || *pos != 2 {
+		t.Fatalf("QueuePosition of a read job = %v, %v; want 2", pos, err)
+	}
+	if ps.queries != 0 {
+		t.Fatalf("%d QueuePosition queries for jobs read with their position, want 0", ps.queries)
+	}
+	unread := jobs[2]
+	unread.QueuePosition = 0
+	if pos, err := e.svc.QueuePosition(ctx, unread); err != nil || pos == nil || *pos != 3 || ps.queries != 1 {
+		t.Fatalf("QueuePosition of a job read without one = %v, %v after %d queries; want 3 after 1", pos, err, ps.queries)
+	}
+}

@@ -53,7 +53,8 @@ func nullJSON(b json.RawMessage) sql.NullString {
 // CreateJob records a queued job. The duplicate checks and the queue bound
 // are evaluated inside one write transaction, which the single writer
 // serializes, so concurrent creates cannot both pass the bound. A duplicate
-// ID or idempotency key wins over a full queue.
+// ID or idempotency key wins over a full queue. The job's QueuePosition is
+// read in the same transaction, so it is exact.
 func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	if j.ID == "" || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("embedded: CreateJob needs ID, AccountID and Pool")
@@ -97,7 +98,8 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		if err != nil {
 			return fmt.Errorf("embedded: insert job: %w", err)
 		}
-		return nil
+		job.QueuePosition, err = queuePosition(ctx, tx, j.ID)
+		return err
 	})
 	if err != nil {
 		return storage.Job{}, err
@@ -105,14 +107,23 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	return job, nil
 }
 
-// GetJob returns the account's job with its outputs, read in one snapshot.
+// GetJob returns the account's job with its outputs and, when it is
+// queued, its QueuePosition, read in one snapshot.
 func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, error) {
 	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return storage.Job{}, fmt.Errorf("embedded: get job: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	return loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID)
+	job, err := loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID)
+	if err != nil || job.Status != storage.JobQueued {
+		return job, err
+	}
+	job.QueuePosition, err = queuePosition(ctx, tx, id)
+	if err != nil {
+		return storage.Job{}, err
+	}
+	return job, nil
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
@@ -147,8 +158,14 @@ func pageSize(limit int) int {
 // QueuePosition is the job's 1-based place among its pool's queued jobs,
 // oldest first; 0 when the job is not queued or does not exist.
 func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
+	return queuePosition(ctx, s.read, id)
+}
+
+// queuePosition is QueuePosition read through q (a transaction of the
+// caller's, so that the position agrees with what it read or wrote there).
+func queuePosition(ctx context.Context, q querier, id string) (int, error) {
 	var pos int
-	err := s.read.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs q
+	err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs q
 			WHERE q.pool = j.pool AND q.status = 'queued'
 			AND (q.created_at < j.created_at OR (q.created_at = j.created_at AND q.id <= j.id)))
 		FROM jobs j WHERE j.id = ? AND j.status = 'queued'`, id).Scan(&pos)

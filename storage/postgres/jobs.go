@@ -58,29 +58,32 @@ func jsonParam(b json.RawMessage) *string {
 	return &s
 }
 
-// queueOver reports whether pool, counting the caller's own uncommitted
-// job, holds more than max queued jobs. It sums the pool's shard rows in
-// queue_counts (migration 0004), which triggers on jobs keep equal to its
-// queued jobs: at most 64 rows whatever the queue's length. The caller's
-// own increment is visible to it; other shards are read as last committed,
-// without waiting for their locks.
-func queueOver(ctx context.Context, tx pgx.Tx, pool string, max int) (bool, error) {
-	var queued int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE pool = $1`,
-		pool).Scan(&queued); err != nil {
-		return false, mapErr("create job: count queue", err)
-	}
-	return queued > int64(max), nil
-}
+// createJobSQL inserts a queued job only when the pool has room, in one
+// autocommit statement, and returns the job with its queue position.
+//
+// q sums the pool's shard rows in queue_counts (migration 0004), which
+// triggers on jobs keep equal to its queued jobs: at most 64 rows whatever
+// the queue's length, read in the statement's snapshot (committed jobs
+// only). The job is inserted when that count is below $7, or when $7 <= 0
+// (unbounded); its position is that count + 1. q is referenced twice but
+// evaluated once, so the bound and the position agree. A bound that holds
+// nothing inserts no row: the statement returns no rows.
+const createJobSQL = `WITH q AS (
+		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3)
+	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key)
+	SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6 FROM q
+	WHERE $7::bigint <= 0 OR q.queued < $7::bigint
+	RETURNING ` + jobColumns + `, greatest((SELECT queued FROM q), 0) + 1`
 
-// CreateJob records a queued job. For a bounded pool it reads the queue's
-// length after inserting, with the new job in, and rolls back when that is
-// over the bound. Submissions are not serialized: the insert's trigger
-// holds one of the pool's 64 count shards until commit, so only those that
-// pick the same shard wait for each other. Concurrent ones may pass the
-// bound by at most the number in flight, and never refuse when there is
-// room. A duplicate ID or idempotency key (the insert fails) wins over a
-// full queue.
+// CreateJob records a queued job in one autocommit statement (createJobSQL):
+// one round trip, and concurrent submissions share commits. Submissions are
+// not serialized: the insert's trigger holds one of the pool's 64 count
+// shards until commit, so only those that pick the same shard wait for
+// each other. Each reads the queue as last committed, so concurrent ones
+// may pass the bound by at most the number in flight, and none is refused
+// while there is room. A duplicate ID or idempotency key wins over a full
+// queue: when the pool has room the insert's unique violation reports it,
+// and a refusal for a full queue is checked for one before it is returned.
 func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	if !isUUID(j.ID) || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("postgres: create job: needs a UUID ID, AccountID and Pool")
@@ -88,43 +91,42 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if !validJSON(j.Workflow) {
 		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return storage.Job{}, mapErr("create job: begin", err)
-	}
-	defer rollback(ctx, tx)
 	var idemKey *string
 	if j.IdempotencyKey != "" {
 		idemKey = &j.IdempotencyKey
 	}
-	job, err := scanJob(tx.QueryRow(ctx, `INSERT INTO jobs
-		(id, account_id, pool, status, workflow, expires_at, idempotency_key)
-		VALUES ($1, $2, $3, 'queued', $4::text::json, $5, $6) RETURNING `+jobColumns,
-		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey))
-	if err != nil {
-		return storage.Job{}, mapErr("create job: insert", err)
-	}
-	if j.MaxQueued > 0 {
-		// Read with this job in: the bound holds exactly for serial
-		// submissions. Concurrent ones are not serialized (that would put
-		// every submission of a pool through one commit at a time), so
-		// they may pass it by at most the number in flight.
-		full, err := queueOver(ctx, tx, j.Pool, j.MaxQueued)
-		if err != nil {
-			return storage.Job{}, err
-		}
-		if full {
-			return storage.Job{}, storage.ErrQueueFull
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return storage.Job{}, mapErr("create job: commit", err)
+	var pos int64
+	job, err := scanJob(s.pool.QueryRow(ctx, createJobSQL,
+		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey, j.MaxQueued), &pos)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return storage.Job{}, s.refuseFull(ctx, j, idemKey)
+	case err != nil:
+		return storage.Job{}, mapErr("create job", err)
 	}
 	job.Outputs = []storage.Output{}
+	job.QueuePosition = int(pos)
 	return job, nil
 }
 
-// GetJob returns the account's job with its outputs, read in one snapshot.
+// refuseFull is the error for a create that found the queue full:
+// ErrDuplicate when the job's ID or idempotency key is already taken (that
+// answer wins over a full queue), else ErrQueueFull.
+func (s *Store) refuseFull(ctx context.Context, j storage.NewJob, idemKey *string) error {
+	var dup bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)
+		OR EXISTS (SELECT 1 FROM jobs WHERE account_id = $2 AND idempotency_key = $3)`,
+		j.ID, j.AccountID, idemKey).Scan(&dup); err != nil {
+		return mapErr("create job: check duplicate", err)
+	}
+	if dup {
+		return fmt.Errorf("postgres: create job: %w", storage.ErrDuplicate)
+	}
+	return storage.ErrQueueFull
+}
+
+// GetJob returns the account's job with its outputs and, when it is
+// queued, its QueuePosition.
 func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, error) {
 	if !isUUID(id) {
 		return storage.Job{}, fmt.Errorf("postgres: get job: %w", storage.ErrNotFound)
@@ -133,14 +135,17 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 	// API. Outputs only ever grow, so reading them a statement after the
 	// job can at most show one that landed in between.
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND account_id = $2`, id, accountID)
+	batch.Queue(`SELECT `+jobColumns+`, `+queuePositionOfJ+` FROM jobs j WHERE id = $1 AND account_id = $2`,
+		id, accountID)
 	batch.Queue(outputsQuery, id)
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	job, err := scanJob(br.QueryRow())
+	var pos int64
+	job, err := scanJob(br.QueryRow(), &pos)
 	if err != nil {
 		return storage.Job{}, mapErr("read job", err)
 	}
+	job.QueuePosition = int(pos)
 	rows, err := br.Query()
 	if err != nil {
 		return storage.Job{}, mapErr("read job outputs", err)
@@ -179,6 +184,13 @@ func pageSize(limit int) int {
 	return limit
 }
 
+// queuePositionOfJ is the 1-based place of the job row j among its pool's
+// queued jobs, oldest first, or 0 when j is not queued. It counts the queue
+// ahead of j on the jobs_queue index: O(position).
+const queuePositionOfJ = `CASE WHEN j.status = 'queued' THEN (SELECT count(*) FROM jobs q
+	WHERE q.pool = j.pool AND q.status = 'queued' AND (q.created_at, q.id) <= (j.created_at, j.id))
+	ELSE 0 END`
+
 // QueuePosition is the job's 1-based place among its pool's queued jobs,
 // oldest first; 0 when the job is not queued or does not exist.
 func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
@@ -186,9 +198,8 @@ func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 		return 0, nil
 	}
 	var pos int
-	err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs q
-			WHERE q.pool = j.pool AND q.status = 'queued' AND (q.created_at, q.id) <= (j.created_at, j.id))
-		FROM jobs j WHERE j.id = $1 AND j.status = 'queued'`, id).Scan(&pos)
+	err := s.pool.QueryRow(ctx, `SELECT `+queuePositionOfJ+` FROM jobs j WHERE j.id = $1 AND j.status = 'queued'`,
+		id).Scan(&pos)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -286,15 +297,17 @@ func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]sto
 	return jobs, nil
 }
 
-// scanJob reads one row in jobColumns order.
-func scanJob(row pgx.Row) (storage.Job, error) {
+// scanJob reads one row in jobColumns order, then into extra (columns the
+// query selects after jobColumns).
+func scanJob(row pgx.Row, extra ...any) (storage.Job, error) {
 	var (
 		j                storage.Job
 		workflow         string
 		progress, jobErr *string
 	)
-	if err := row.Scan(&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &j.CreatedAt, &j.StartedAt,
-		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt); err != nil {
+	dest := append([]any{&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &j.CreatedAt, &j.StartedAt,
+		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return storage.Job{}, err
 	}
 	j.Workflow = json.RawMessage(workflow)

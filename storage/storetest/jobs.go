@@ -333,21 +333,27 @@ func testQueueBoundConcurrent(t *testing.T, st storage.Store) {
 		name    string
 		claim   bool
 		wantErr error
-	}{{"1", false, nil}, {"2", false, nil}, {"3", false, nil}, {"4", false, nil}, {"5", false, nil},
-		{"over the bound", false, storage.ErrQueueFull}, {"after a claim", true, nil}, {"full again", false, storage.ErrQueueFull}}
+		wantPos int
+	}{{"1", false, nil, 1}, {"2", false, nil, 2}, {"3", false, nil, 3}, {"4", false, nil, 4}, {"5", false, nil, 5},
+		{"over the bound", false, storage.ErrQueueFull, 0}, {"after a claim", true, nil, 5},
+		{"full again", false, storage.ErrQueueFull, 0}}
 	for _, s := range steps {
 		if s.claim {
 			mustClaim(t, st, fs, pool)
 		}
 		j := newJob(account, pool)
 		j.MaxQueued = bound
-		if _, err := st.CreateJob(ctx(t), j); !errors.Is(err, s.wantErr) {
+		job, err := st.CreateJob(ctx(t), j)
+		if !errors.Is(err, s.wantErr) {
 			t.Errorf("serial create %s: CreateJob err = %v, want %v", s.name, err, s.wantErr)
+		}
+		if err == nil && job.QueuePosition != s.wantPos {
+			t.Errorf("serial create %s: QueuePosition = %d, want %d", s.name, job.QueuePosition, s.wantPos)
 		}
 	}
 	unbounded := newJob(account, pool)
-	if _, err := st.CreateJob(ctx(t), unbounded); err != nil {
-		t.Errorf("CreateJob with MaxQueued 0 on a full pool: %v", err)
+	if job, err := st.CreateJob(ctx(t), unbounded); err != nil || job.QueuePosition != bound+1 {
+		t.Errorf("CreateJob with MaxQueued 0 on a full pool: QueuePosition %d, %v; want %d, nil", job.QueuePosition, err, bound+1)
 	}
 }
 
@@ -377,24 +383,30 @@ func testJobIdempotency(t *testing.T, st storage.Store) {
 		name      string
 		account   string
 		key       string
+		takenID   bool // reuse first's ID
 		maxQueued int
 		wantErr   error
 	}{
-		{"same account, same key", accountA, key, 0, storage.ErrDuplicate},
-		{"same key while the queue is full", accountA, key, 1, storage.ErrDuplicate},
-		{"other account, same key", accountB, key, 0, nil},
-		{"same account, other key", accountA, "idem-" + newID(), 0, nil},
-		{"no key", accountA, "", 0, nil},
-		{"no key again", accountA, "", 0, nil},
+		{"same account, same key", accountA, key, false, 0, storage.ErrDuplicate},
+		{"same key while the queue is full", accountA, key, false, 1, storage.ErrDuplicate},
+		{"taken ID while the queue is full", accountB, "", true, 1, storage.ErrDuplicate},
+		{"free key while the queue is full", accountA, "idem-" + newID(), false, 1, storage.ErrQueueFull},
+		{"other account, same key", accountB, key, false, 0, nil},
+		{"same account, other key", accountA, "idem-" + newID(), false, 0, nil},
+		{"no key", accountA, "", false, 0, nil},
+		{"no key again", accountA, "", false, 0, nil},
 	}
 	for _, tc := range tests {
 		j := newJob(tc.account, pool)
 		j.IdempotencyKey, j.MaxQueued = tc.key, tc.maxQueued
+		if tc.takenID {
+			j.ID = first.ID
+		}
 		_, err := st.CreateJob(ctx(t), j)
 		if !errors.Is(err, tc.wantErr) {
 			t.Errorf("%s: CreateJob err = %v, want %v", tc.name, err, tc.wantErr)
 		}
-		if tc.wantErr != nil {
+		if tc.wantErr != nil && !tc.takenID {
 			_, err := st.GetJob(ctx(t), tc.account, j.ID)
 			wantNotFound(t, tc.name+": GetJob of the refused job", err)
 		}

@@ -16,15 +16,24 @@ import (
 func testClaimFIFO(t *testing.T, st storage.Store) {
 	fs := newFakeFS()
 	account, pool := newID(), newID()
-	mustCreateJob(t, st, newJob(account, newID())) // another pool
+	if other := mustCreateJob(t, st, newJob(account, newID())); other.QueuePosition != 1 {
+		t.Errorf("CreateJob in an empty pool: QueuePosition = %d, want 1", other.QueuePosition)
+	}
 	var queued []storage.Job
-	for range 5 {
-		queued = append(queued, mustCreateJob(t, st, newJob(account, pool)))
+	for i := range 5 {
+		j := mustCreateJob(t, st, newJob(account, pool))
+		if j.QueuePosition != i+1 {
+			t.Errorf("CreateJob %d: QueuePosition = %d, want %d", i, j.QueuePosition, i+1)
+		}
+		queued = append(queued, j)
 		waitClockTick()
 	}
 	for i, j := range queued {
 		if pos, err := st.QueuePosition(ctx(t), j.ID); err != nil || pos != i+1 {
 			t.Errorf("QueuePosition(job %d) = %d, %v; want %d", i, pos, err, i+1)
+		}
+		if got := mustGetJob(t, st, account, j.ID); got.QueuePosition != i+1 {
+			t.Errorf("GetJob(job %d).QueuePosition = %d, want %d", i, got.QueuePosition, i+1)
 		}
 	}
 	for i, want := range queued {
@@ -43,9 +52,17 @@ func testClaimFIFO(t *testing.T, st storage.Store) {
 		if pos, err := st.QueuePosition(ctx(t), got.ID); err != nil || pos != 0 {
 			t.Errorf("QueuePosition of a running job = %d, %v; want 0", pos, err)
 		}
+		if got.QueuePosition != 0 || mustGetJob(t, st, account, got.ID).QueuePosition != 0 {
+			t.Errorf("a running job carries a QueuePosition (ClaimJob %d, GetJob %d); want 0",
+				got.QueuePosition, mustGetJob(t, st, account, got.ID).QueuePosition)
+		}
 		if i+1 < len(queued) {
-			if pos, err := st.QueuePosition(ctx(t), queued[len(queued)-1].ID); err != nil || pos != len(queued)-i-1 {
+			last := queued[len(queued)-1].ID
+			if pos, err := st.QueuePosition(ctx(t), last); err != nil || pos != len(queued)-i-1 {
 				t.Errorf("after %d claims, QueuePosition(last) = %d, %v; want %d", i+1, pos, err, len(queued)-i-1)
+			}
+			if pos := mustGetJob(t, st, account, last).QueuePosition; pos != len(queued)-i-1 {
+				t.Errorf("after %d claims, GetJob(last).QueuePosition = %d; want %d", i+1, pos, len(queued)-i-1)
 			}
 		}
 	}
@@ -109,6 +126,9 @@ func testCancelStateMachine(t *testing.T, st storage.Store) {
 	canceledQueued, err := st.CancelJob(ctx(t), account, queued.ID)
 	if err != nil || canceledQueued.Status != storage.JobCanceled || canceledQueued.CompletedAt == nil || canceledQueued.Outputs == nil {
 		t.Fatalf("cancel queued = %+v, %v; want canceled with CompletedAt and empty Outputs", canceledQueued, err)
+	}
+	if pos := mustGetJob(t, st, account, queued.ID).QueuePosition; pos != 0 {
+		t.Errorf("GetJob of a canceled job: QueuePosition = %d, want 0", pos)
 	}
 	_, err = st.ClaimJob(ctx(t), pool, "w", time.Minute, fs.remove)
 	wantNotFound(t, "ClaimJob after the only queued job was canceled", err)
