@@ -47,6 +47,7 @@ type Handler struct {
 
 	app     *comfygate.App
 	streams *streamLimiter
+	hub     *streamHub
 }
 
 // CaddyModule returns the Caddy module information.
@@ -71,6 +72,23 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("comfy_jobs: no pool named %q in the comfygate app", h.Pool)
 	}
 	h.streams = newStreamLimiter(h.app.MaxStreams())
+	h.hub = newStreamHub()
+	// Streams end when this configuration stops (as its requests would).
+	go func() {
+		select {
+		case <-h.app.Stopping():
+			h.hub.stop()
+		case <-h.hub.ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// Cleanup ends this handler's event streams.
+func (h *Handler) Cleanup() error {
+	if h.hub != nil { // nil when Provision failed early
+		h.hub.stop()
+	}
 	return nil
 }
 
@@ -246,5 +264,6 @@ func decodeCursor(s string) (storage.JobCursor, error) {
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -2,7 +2,6 @@ package comfyjobs
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -18,15 +17,18 @@ import (
 
 // Stream timing. Clients (the official SDKs) treat 45 s of silence as a dead
 // stream, so keepalives come well within that; the reconcile poll re-reads
-// the job so a lost bus event (or a lagging subscriber) only delays a frame.
+// the job (once per job, for all its streams) so a lost bus event (or a
+// lagging subscriber) only delays a frame. One watch writes to all of a
+// job's streams in turn, so a client that stops reading holds the others
+// up for at most writeTimeout before it is dropped.
 const (
 	keepaliveInterval = 15 * time.Second
 	reconcileInterval = 10 * time.Second
-	writeTimeout      = 30 * time.Second
+	writeTimeout      = 10 * time.Second
 	tooManyRetryAfter = 5
 )
 
-// reconcileEvery spreads streams' re-reads over 75–125 % of the interval, so
+// reconcileEvery spreads the watches' re-reads over 75–125 % of the interval, so
 // that thousands of streams opened together do not poll together.
 func reconcileEvery() time.Duration {
 	return reconcileInterval*3/4 + rand.N(reconcileInterval/2)
@@ -59,46 +61,46 @@ func (l *streamLimiter) acquire(account string) (release func(), ok bool) {
 	}, true
 }
 
-// sse writes server-sent events with a write deadline and a flush per frame.
-type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+// stream is one client's view of one job: its sink and what it has been
+// sent. Its job's watch goroutine is the only one that uses it.
+type stream struct {
+	sink  sink
+	links httpx.Links
+	// sent remembers which outputs the client has seen, so that every
+	// output reaches it before the terminal status, once. Nil until the
+	// first output: most streams wait on jobs that have none yet.
+	sent       map[string]bool
+	lastStatus string
+	lastPos    int
 }
 
-func (s *sse) frame(event string, data any) error {
+// sseFrame renders one event.
+func sseFrame(event string, data any) ([]byte, error) {
 	payload, err := json.Marshal(data)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(event)+len(payload)+16)
+	b = append(b, "event: "...)
+	b = append(b, event...)
+	b = append(b, "\ndata: "...)
+	b = append(b, payload...)
+	return append(b, "\n\n"...), nil
+}
+
+func (s *stream) frame(event string, data any) error {
+	b, err := sseFrame(event, data)
 	if err != nil {
 		return err
 	}
-	return s.raw(fmt.Sprintf("event: %s\ndata: %s\n\n", event, payload))
-}
-
-func (s *sse) raw(text string) error {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := s.w.Write([]byte(text)); err != nil {
-		return err
-	}
-	return s.rc.Flush()
-}
-
-// stream is one client's view of one job.
-type stream struct {
-	*sse
-	r       *http.Request
-	svc     *jobs.Service
-	account string
-	jobID   string
-	links   httpx.Links
-	// sentOutputs remembers which outputs the client has seen, so that every
-	// output reaches it before the terminal status, once.
-	sentOutputs map[string]bool
-	lastStatus  string
-	lastPos     int
+	return s.sink.send(b)
 }
 
 // events serves GET /api/v2/jobs/{id}/events: a status snapshot (with the
 // latest progress and the outputs so far), then live frames, ending after
-// the terminal status.
+// the terminal status. Once the headers are out the stream belongs to the
+// job's watch (hub.go); on HTTP/1.1 the connection is parked there and this
+// goroutine returns at once.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, id string) error {
 	if _, err := svc.Get(r.Context(), p.AccountID, id); err != nil {
 		return err
@@ -108,61 +110,46 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 		return apierr.New(http.StatusTooManyRequests, "too_many_streams",
 			"too many open event streams; close one or poll the job instead").WithRetryAfter(tooManyRetryAfter)
 	}
-	defer release()
-	// Subscribe before reading the snapshot, so nothing falls between them.
-	sub := svc.Bus.Subscribe(id)
-	defer sub.Cancel()
-	j, err := svc.Get(r.Context(), p.AccountID, id)
-	if err != nil {
-		return err
-	}
-
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no")
+	if r.ProtoMajor == 1 {
+		// A parked stream's connection closes when the stream ends; the
+		// client must not reuse it for its next request.
+		hdr.Set("Connection", "close")
+	}
 	w.WriteHeader(http.StatusOK)
-	s := &stream{sse: &sse{w: w, rc: http.NewResponseController(w)}, r: r, svc: svc,
-		account: p.AccountID, jobID: id, links: httpx.LinksFor(r), sentOutputs: map[string]bool{}, lastPos: -1}
-
-	done, err := s.snapshot(j)
-	if err != nil || done {
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		release()
 		return nil
 	}
-	keepalive := time.NewTicker(keepaliveInterval)
-	defer keepalive.Stop()
-	reconcile := time.NewTicker(reconcileEvery())
-	defer reconcile.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return nil
-		case <-h.app.Stopping():
-			return nil
-		case <-keepalive.C:
-			err = s.raw(": keepalive\n\n")
-		case <-reconcile.C:
-			done, err = s.refresh()
-		case e := <-sub.C:
-			if sub.Lagged() {
-				done, err = s.refresh()
-			} else {
-				done, err = s.deliver(e)
-			}
-		}
-		if err != nil || done {
-			return nil
-		}
+	s := &stream{links: httpx.LinksFor(r), lastPos: -1}
+	if parked, ok := park(w, r, release); ok {
+		s.sink = parked
+		h.hub.attach(svc, p.AccountID, id, s)
+		return nil
 	}
+	defer release()
+	ws := newWriterSink(w)
+	s.sink = ws
+	h.hub.attach(svc, p.AccountID, id, s)
+	select {
+	case <-ws.done:
+	case <-r.Context().Done():
+		ws.end()
+	}
+	return nil
 }
 
 // snapshot sends the state on connect. A job that already ended gets its
 // outputs and then its terminal status.
-func (s *stream) snapshot(j storage.Job) (done bool, err error) {
+func (s *stream) snapshot(j storage.Job, pos *int, b bus.Bus) (done bool, err error) {
 	if storage.Terminal(j.Status) {
 		return s.finish(j)
 	}
-	if err := s.status(j); err != nil {
+	if err := s.status(j, pos); err != nil {
 		return false, err
 	}
 	if len(j.Progress) > 0 {
@@ -170,7 +157,7 @@ func (s *stream) snapshot(j storage.Job) (done bool, err error) {
 			return false, err
 		}
 	}
-	if p, ok := s.svc.Bus.LatestPreview(j.ID); ok {
+	if p, ok := b.LatestPreview(j.ID); ok {
 		if err := s.frame("preview", p.Data); err != nil {
 			return false, err
 		}
@@ -178,37 +165,15 @@ func (s *stream) snapshot(j storage.Job) (done bool, err error) {
 	return false, s.outputs(j)
 }
 
-// deliver forwards one bus event.
-func (s *stream) deliver(e bus.Event) (done bool, err error) {
-	switch e.Kind {
-	case "progress", "preview":
-		return false, s.frame(e.Kind, e.Data)
-	case "output":
-		var o storage.Output
-		if json.Unmarshal(e.Data, &o) != nil || s.sentOutputs[o.Asset.ID] {
-			return false, nil
-		}
-		s.sentOutputs[o.Asset.ID] = true
-		return false, s.frame("output", outputView(o, e.JobID, s.links, time.Now()))
-	case "status":
-		return s.refresh()
-	}
-	return false, nil
-}
-
-// refresh re-reads the job and sends what changed.
-func (s *stream) refresh() (done bool, err error) {
-	j, err := s.svc.Get(s.r.Context(), s.account, s.jobID)
-	if err != nil {
-		return true, nil // gone, or storage failing: end; the client re-polls
-	}
+// update sends what changed in a re-read job.
+func (s *stream) update(j storage.Job, pos *int) (done bool, err error) {
 	if storage.Terminal(j.Status) {
 		return s.finish(j)
 	}
 	if err := s.outputs(j); err != nil {
 		return false, err
 	}
-	return false, s.status(j)
+	return false, s.status(j, pos)
 }
 
 // finish sends outputs not yet seen, then the terminal status.
@@ -216,16 +181,12 @@ func (s *stream) finish(j storage.Job) (bool, error) {
 	if err := s.outputs(j); err != nil {
 		return true, err
 	}
-	return true, s.status(j)
+	return true, s.status(j, nil)
 }
 
 // status sends the job object as a status frame when its status or queue
 // position changed since the last one.
-func (s *stream) status(j storage.Job) error {
-	pos, err := s.svc.QueuePosition(s.r.Context(), j)
-	if err != nil {
-		return err
-	}
+func (s *stream) status(j storage.Job, pos *int) error {
 	p := 0
 	if pos != nil {
 		p = *pos
@@ -238,14 +199,23 @@ func (s *stream) status(j storage.Job) error {
 }
 
 func (s *stream) outputs(j storage.Job) error {
+	now := time.Now()
 	for _, o := range j.Outputs {
-		if s.sentOutputs[o.Asset.ID] {
-			continue
-		}
-		s.sentOutputs[o.Asset.ID] = true
-		if err := s.frame("output", outputView(o, j.ID, s.links, time.Now())); err != nil {
+		if err := s.output(o, j.ID, now); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// output sends o unless the client has seen it.
+func (s *stream) output(o storage.Output, jobID string, now time.Time) error {
+	if s.sent[o.Asset.ID] {
+		return nil
+	}
+	if s.sent == nil {
+		s.sent = map[string]bool{}
+	}
+	s.sent[o.Asset.ID] = true
+	return s.frame("output", outputView(o, jobID, s.links, now))
 }
