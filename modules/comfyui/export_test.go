@@ -35,3 +35,11 @@ func RecordReconnectSleeps(n int) (seen func() []time.Duration, done <-chan stru
 			reconnectSleep = sleepCtx
 		}
 }
+
+// SetPingTiming (tests only) changes how often sockets are pinged and how
+// long a pong may take; restore puts the defaults back.
+func SetPingTiming(interval, timeout time.Duration) (restore func()) {
+	oldInterval, oldTimeout := pingInterval, pingTimeout
+	pingInterval, pingTimeout = interval, timeout
+	return func() { pingInterval, pingTimeout = oldInterval, oldTimeout }
+}

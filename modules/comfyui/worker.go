@@ -207,7 +207,9 @@ func (w *worker) connectLoop(ctx context.Context) {
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		w.broadcast(event{kind: evReconnected})
 		connected := time.Now()
+		stopPings := w.keepPinging(ctx, conn)
 		err = w.readLoop(ctx, conn)
+		stopPings()
 		conn.CloseNow()
 		if ctx.Err() != nil {
 			w.broadcast(event{kind: evLost, err: errPoolClosed})
@@ -226,6 +228,49 @@ func (w *worker) connectLoop(ctx context.Context) {
 			return
 		}
 		backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
+	}
+}
+
+// Socket liveness. A socket whose peer vanished without a FIN (a worker
+// host that died, a NAT or load balancer that forgot the flow) never fails
+// a read, so progress and previews would stop without the pool noticing.
+// ComfyUI's server (aiohttp) answers pings on its own; one unanswered
+// within pingTimeout closes the socket and the reconnect path takes over.
+var (
+	pingInterval = 15 * time.Second
+	pingTimeout  = 10 * time.Second
+)
+
+// keepPinging pings conn every pingInterval until the returned stop is
+// called; a failed ping closes conn, which ends readLoop.
+func (w *worker) keepPinging(ctx context.Context, conn *websocket.Conn) (stop func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(pingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+			}
+			tctx, tcancel := context.WithTimeout(pctx, pingTimeout)
+			err := conn.Ping(tctx)
+			tcancel()
+			if err != nil {
+				if pctx.Err() == nil {
+					w.log.Warn("worker socket did not answer a ping; reconnecting", zap.Error(err))
+					conn.CloseNow()
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
