@@ -75,8 +75,9 @@ const createJobSQL = `WITH q AS (
 	WHERE $7::bigint <= 0 OR q.queued < $7::bigint
 	RETURNING ` + jobColumns + `, greatest((SELECT queued FROM q), 0) + 1`
 
-// CreateJob records a queued job in one autocommit statement (createJobSQL):
-// one round trip, and concurrent submissions share commits. Submissions are
+// CreateJob records a queued job in one autocommit statement: createJobSQL
+// when it is alone, or one createBatchSQL for many concurrent creates (see
+// createBatcher); either way one round trip. Submissions are
 // not serialized: the insert's trigger holds one of the pool's 64 count
 // shards until commit, so only those that pick the same shard wait for
 // each other. Each reads the queue as last committed, so concurrent ones
@@ -91,6 +92,20 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if !validJSON(j.Workflow) {
 		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
 	}
+	job, inserted, alone, err := s.creates.create(ctx, j)
+	switch {
+	case err != nil:
+		return storage.Job{}, fmt.Errorf("postgres: create job: %w", err)
+	case inserted:
+		return job, nil
+	case alone:
+		defer s.creates.leave()
+	}
+	return s.createOne(ctx, j)
+}
+
+// createOne writes j alone with createJobSQL.
+func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	var idemKey *string
 	if j.IdempotencyKey != "" {
 		idemKey = &j.IdempotencyKey

@@ -26,6 +26,8 @@ import (
 // Store is a storage.Store on a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
+	// creates batches concurrent CreateJobs (jobs_batch.go).
+	creates *createBatcher
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -55,7 +57,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: new pool: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool, creates: &createBatcher{}}
+	s.creates.write = s.writeBatch
+	return s, nil
 }
 
 // Pool exposes the underlying pool for packages that add their own tables

@@ -1,0 +1,260 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/pgtest"
+)
+
+// The batch path of CreateJob (jobs_batch.go), driven directly: the
+// conformance suite creates jobs one at a time, which never batches.
+
+func batchStore(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func batchJob(account, pool, key string) storage.NewJob {
+	return storage.NewJob{ID: uuid.NewString(), AccountID: account, Pool: pool,
+		Workflow:  json.RawMessage(`{"1": {"class_type":"X"}}`),
+		ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond), IdempotencyKey: key}
+}
+
+func mustCreate(t *testing.T, st *Store, j storage.NewJob) storage.Job {
+	t.Helper()
+	job, err := st.CreateJob(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// runBatch writes reqs as one batch and returns which were inserted.
+func runBatch(st *Store, jobs ...storage.NewJob) []*createReq {
+	reqs := make([]*createReq, len(jobs))
+	for i, j := range jobs {
+		reqs[i] = &createReq{j: j}
+	}
+	st.writeBatch(context.Background(), reqs)
+	return reqs
+}
+
+func TestWriteBatchSkipsConflictsAndKeepsPositions(t *testing.T) {
+	st := batchStore(t)
+	pool := uuid.NewString()
+	existing := mustCreate(t, st, batchJob("a", pool, "k-existing"))
+
+	upper := batchJob("a", pool, "k1")
+	upper.ID = strings.ToUpper(upper.ID)
+	sameKey := batchJob("a", pool, "k1")
+	takenKey := batchJob("a", pool, "k-existing")
+	takenID := batchJob("b", pool, "")
+	takenID.ID = existing.ID
+	plain := batchJob("b", pool, "")
+	reqs := runBatch(st, upper, takenKey, sameKey, takenID, plain)
+
+	if reqs[1].inserted || reqs[3].inserted {
+		t.Errorf("a job with a taken key (%v) or ID (%v) was inserted", reqs[1].inserted, reqs[3].inserted)
+	}
+	if reqs[0].inserted == reqs[2].inserted {
+		t.Errorf("two jobs with one key in a batch: inserted %v and %v, want exactly one", reqs[0].inserted, reqs[2].inserted)
+	}
+	if !reqs[4].inserted {
+		t.Fatal("a job without conflicts was not inserted")
+	}
+	if got, want := reqs[0].job.ID, strings.ToLower(upper.ID); reqs[0].inserted && got != want {
+		t.Errorf("ID = %q, want the canonical %q", got, want)
+	}
+	// Serially, the batch's positions are exact: those GetJob reads.
+	positions := map[int]bool{}
+	for _, r := range reqs {
+		if !r.inserted {
+			continue
+		}
+		got, err := st.GetJob(context.Background(), r.j.AccountID, r.job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.job.QueuePosition != got.QueuePosition || positions[got.QueuePosition] {
+			t.Errorf("batch position %d, GetJob %d (seen before: %v)", r.job.QueuePosition, got.QueuePosition, positions[got.QueuePosition])
+		}
+		positions[got.QueuePosition] = true
+		if !got.CreatedAt.Equal(r.job.CreatedAt) || !got.ExpiresAt.Equal(r.job.ExpiresAt) || !got.ExpiresAt.Equal(r.j.ExpiresAt) ||
+			string(got.Workflow) != string(r.j.Workflow) || got.Status != storage.JobQueued || got.Pool != pool ||
+			got.AccountID != r.j.AccountID || r.job.Outputs == nil {
+			t.Errorf("batch returned %+v, GetJob reads %+v", r.job, got)
+		}
+	}
+	if !positions[2] || !positions[3] {
+		t.Errorf("positions %v, want 2 and 3 after the one queued job", positions)
+	}
+}
+
+func TestWriteBatchBound(t *testing.T) {
+	st := batchStore(t)
+	pool := uuid.NewString()
+	for range 2 {
+		mustCreate(t, st, batchJob("a", pool, ""))
+	}
+	var jobs []storage.NewJob
+	for range 5 {
+		j := batchJob("a", pool, "")
+		j.MaxQueued = 4
+		jobs = append(jobs, j)
+	}
+	reqs := runBatch(st, jobs...)
+	for i, r := range reqs {
+		if want := i < 2; r.inserted != want {
+			t.Errorf("row %d: inserted %v, want %v (bound 4 with 2 queued)", i, r.inserted, want)
+		}
+	}
+	if p0, p1 := reqs[0].job.QueuePosition, reqs[1].job.QueuePosition; p0+p1 != 7 || p0 < 3 || p1 < 3 {
+		t.Errorf("positions %d, %d; want 3 and 4", p0, p1)
+	}
+	// The rows the bound held back, retried alone, are refused as full.
+	for _, r := range reqs[2:] {
+		if _, err := st.CreateJob(context.Background(), r.j); !errors.Is(err, storage.ErrQueueFull) {
+			t.Errorf("retry of a held-back row: %v, want ErrQueueFull", err)
+		}
+	}
+}
+
+// createBatched runs n concurrent CreateJobs that all go through batches
+// (a pretended lone create holds the batcher busy) and returns their
+// results and how many rows the batches carried.
+func createBatched(t *testing.T, st *Store, jobs []storage.NewJob) ([]storage.Job, []error, int) {
+	t.Helper()
+	var mu sync.Mutex
+	rows := 0
+	write := st.creates.write
+	st.creates.write = func(ctx context.Context, reqs []*createReq) {
+		mu.Lock()
+		rows += len(reqs)
+		mu.Unlock()
+		write(ctx, reqs)
+	}
+	st.creates.mu.Lock()
+	st.creates.inflight++ // the pretended lone create
+	st.creates.mu.Unlock()
+	out, errs := make([]storage.Job, len(jobs)), make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = st.CreateJob(context.Background(), j)
+		}()
+	}
+	wg.Wait()
+	st.creates.leave()
+	return out, errs, rows
+}
+
+func TestCreateJobBatchedConcurrently(t *testing.T) {
+	st := batchStore(t)
+	pool := uuid.NewString()
+	var jobs []storage.NewJob
+	for range 30 {
+		jobs = append(jobs, batchJob("a", pool, "k-"+uuid.NewString()))
+	}
+	got, errs, rows := createBatched(t, st, jobs)
+	if rows != len(jobs) {
+		t.Errorf("batches carried %d rows, want all %d", rows, len(jobs))
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		if got[i].QueuePosition < 1 || got[i].QueuePosition > len(jobs) || got[i].ID != jobs[i].ID {
+			t.Errorf("create %d: job %s at position %d", i, got[i].ID, got[i].QueuePosition)
+		}
+	}
+	var queued int
+	if err := st.pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE pool = $1 AND status = 'queued'`,
+		pool).Scan(&queued); err != nil || queued != len(jobs) {
+		t.Errorf("%d jobs queued (%v), want %d", queued, err, len(jobs))
+	}
+}
+
+// Concurrent creates with one idempotency key: one wins, every other gets
+// ErrDuplicate, as when they are written one by one.
+func TestCreateJobBatchedDuplicates(t *testing.T) {
+	st := batchStore(t)
+	pool := uuid.NewString()
+	var jobs []storage.NewJob
+	for range 12 {
+		jobs = append(jobs, batchJob("a", pool, "same-key"))
+	}
+	full := batchJob("a", pool, "same-key")
+	full.MaxQueued = 1 // the duplicate still wins over a full queue
+	jobs = append(jobs, full)
+	_, errs, _ := createBatched(t, st, jobs)
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, storage.ErrDuplicate):
+			t.Errorf("create %d: %v, want nil or ErrDuplicate", i, err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d creates with one key succeeded, want 1", won)
+	}
+}
+
+// A create still waiting for a batch when its context ends is never written.
+func TestCreateJobWaitingCanceled(t *testing.T) {
+	st := batchStore(t)
+	st.creates.mu.Lock()
+	st.creates.inflight = createInflight // every batch slot busy
+	st.creates.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	j := batchJob("a", uuid.NewString(), "")
+	done := make(chan error)
+	go func() {
+		_, err := st.CreateJob(ctx, j)
+		done <- err
+	}()
+	for {
+		st.creates.mu.Lock()
+		n := len(st.creates.pending)
+		st.creates.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CreateJob = %v, want context.Canceled", err)
+	}
+	st.creates.mu.Lock()
+	pending := len(st.creates.pending)
+	st.creates.inflight = 0
+	st.creates.mu.Unlock()
+	if pending != 0 {
+		t.Errorf("%d creates still pending after the cancel", pending)
+	}
+	if _, err := st.GetJob(context.Background(), "a", j.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("GetJob of the canceled create: %v, want ErrNotFound", err)
+	}
+}
