@@ -75,8 +75,8 @@ func AssetRefs(g Graph, cat Catalog) ([]AssetRef, error) {
 			if !ok || !spec.IsCombo() {
 				continue
 			}
-			var s string
-			if json.Unmarshal(raw, &s) != nil || s == "" {
+			s, ok := plainString(raw)
+			if !ok && json.Unmarshal(raw, &s) != nil || s == "" {
 				continue
 			}
 			refs = append(refs, AssetRef{Node: id, Input: name, FileName: s, Upload: spec.Upload()})

@@ -115,3 +115,41 @@ func BenchmarkParseAndValidate(b *testing.B) {
 		}
 	}
 }
+
+// chainBody is a 12-node submit like the submit-throughput bench's: a
+// load, ten alternating inverts and scales (links, combos, numbers), a save.
+func chainBody() []byte {
+	var b strings.Builder
+	b.WriteString(`{"workflow":{"1":{"class_type":"LoadImage","inputs":{"image":"cat.png"}}`)
+	prev := "1"
+	for i := 2; i <= 11; i++ {
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `,"%d":{"class_type":"ImageInvert","inputs":{"image":["%s",0]}}`, i, prev)
+		} else {
+			fmt.Fprintf(&b, `,"%d":{"class_type":"ImageScale","inputs":{"image":["%s",0],"upscale_method":"bilinear","width":8,"height":8,"crop":"disabled"}}`, i, prev)
+		}
+		prev = fmt.Sprint(i)
+	}
+	fmt.Fprintf(&b, `,"900":{"class_type":"SaveImage","inputs":{"images":["%s",0],"filename_prefix":"bench"}}}}`, prev)
+	return []byte(b.String())
+}
+
+// BenchmarkParseAndValidateChain is the submit bench's per-request graph work.
+func BenchmarkParseAndValidateChain(b *testing.B) {
+	cat := loadCatalog(b)
+	body := chainBody()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		sub, err := ParseSubmit(body, DefaultLimits())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := AssetRefs(sub.Workflow, cat); err != nil {
+			b.Fatal(err)
+		}
+		if err := Validate(sub.Workflow, cat, WithResolvedInputs(map[InputKey]bool{{Node: "1", Input: "image"}: true})); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -66,6 +66,9 @@ func parseLink(raw json.RawMessage) (Link, linkKind) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return Link{}, notLink
 	}
+	if l, ok := plainLink(raw); ok {
+		return l, goodLink
+	}
 	var parts []json.RawMessage
 	if json.Unmarshal(raw, &parts) != nil || len(parts) != 2 {
 		return Link{}, badLink

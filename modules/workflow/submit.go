@@ -47,8 +47,16 @@ func ParseSubmit(body []byte, lim Limits) (*Submission, error) {
 	if err := scan(body, lim); err != nil {
 		return nil, err
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	// Validate the syntax once; every level below is then split without
+	// re-validating (objectMembers), falling back to json.Unmarshal only
+	// for member names it does not decode itself.
+	if !json.Valid(body) {
+		var v any
+		err := json.Unmarshal(body, &v) // for the error's detail
+		return nil, apierr.InvalidRequest("the body is not a valid JSON object").WithCause(err)
+	}
+	top, err := members(body)
+	if err != nil {
 		return nil, apierr.InvalidRequest("the body is not a valid JSON object").WithCause(err)
 	}
 	if top == nil {
@@ -69,8 +77,8 @@ func ParseSubmit(body []byte, lim Limits) (*Submission, error) {
 	if len(rawWF) == 0 || rawWF[0] != '{' {
 		return nil, memberError("workflow", `"workflow" must be an object holding the API-format graph`)
 	}
-	var nodes map[string]json.RawMessage
-	if err := json.Unmarshal(rawWF, &nodes); err != nil {
+	nodes, err := members(rawWF)
+	if err != nil {
 		return nil, apierr.InvalidRequest("the body is not valid JSON").WithCause(err)
 	}
 	if isUIFormat(nodes) {
@@ -139,21 +147,31 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 	bad := NodeErrors{}
 	for _, id := range sortedIDs(nodes) {
 		raw := bytes.TrimSpace(nodes[id])
-		var members map[string]json.RawMessage
-		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &members) != nil {
+		var fields map[string]json.RawMessage
+		var err error
+		if len(raw) > 0 && raw[0] == '{' {
+			fields, err = members(raw)
+		}
+		if fields == nil || err != nil {
 			bad.add(id, "", ReasonInvalidNode, "a node must be an object with class_type and inputs")
 			continue
 		}
 		var n Node
-		if ct, ok := members["class_type"]; ok && json.Unmarshal(ct, &n.ClassType) != nil {
-			bad.add(id, "class_type", ReasonMissingNodeType, "class_type must be a string")
+		if ct, ok := fields["class_type"]; ok {
+			if s, plain := plainString(ct); plain {
+				n.ClassType = s
+			} else if json.Unmarshal(ct, &n.ClassType) != nil {
+				bad.add(id, "class_type", ReasonMissingNodeType, "class_type must be a string")
+			}
 		}
-		if in := bytes.TrimSpace(members["inputs"]); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
-			if in[0] != '{' || json.Unmarshal(in, &n.Inputs) != nil {
+		if in := bytes.TrimSpace(fields["inputs"]); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+			if in[0] != '{' {
+				bad.add(id, "inputs", ReasonInvalidNode, "inputs must be an object")
+			} else if n.Inputs, err = members(in); err != nil {
 				bad.add(id, "inputs", ReasonInvalidNode, "inputs must be an object")
 			}
 		}
-		if m, ok := members["_meta"]; ok {
+		if m, ok := fields["_meta"]; ok {
 			n.Meta = m
 		}
 		g[id] = n
@@ -162,4 +180,17 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 		return nil, invalidWorkflow(bad, nil)
 	}
 	return g, nil
+}
+
+// members decodes a JSON object (from a body that passed json.Valid) into
+// its raw members, as json.Unmarshal into map[string]json.RawMessage does.
+func members(raw []byte) (map[string]json.RawMessage, error) {
+	if m, ok := objectMembers(raw); ok {
+		return m, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -49,6 +49,9 @@ func checkWidget(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage
 	case "INT", "FLOAT":
 		checkNumber(ne, node, spec, raw)
 	case "STRING":
+		if _, ok := plainString(raw); ok {
+			return
+		}
 		var s string
 		if json.Unmarshal(raw, &s) != nil {
 			ne.add(node, spec.Name, ReasonInvalidInputType, "Failed to convert an input value to a STRING value")
@@ -98,6 +101,12 @@ func checkNumber(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage
 func checkCombo(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage) {
 	if spec.Choices == nil {
 		return // the catalog gave no list (for example a remote combo)
+	}
+	if s, ok := plainString(raw); ok { // the usual case, without a decoder
+		if !spec.HasChoice(s) {
+			ne.add(node, spec.Name, ReasonValueNotInList, "Value not in list: %s: %s not in %s", spec.Name, quote(s), describeChoices(spec.Choices))
+		}
+		return
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
