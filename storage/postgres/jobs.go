@@ -77,7 +77,7 @@ const createJobSQL = `WITH q AS (
 
 // CreateJob records a queued job in one autocommit statement: createJobSQL
 // when it is alone, or one createBatchSQL for many concurrent creates (see
-// createBatcher); either way one round trip. Submissions are
+// jobs_batch.go); either way one round trip. Submissions are
 // not serialized: the insert's trigger holds one of the pool's 64 count
 // shards until commit, so only those that pick the same shard wait for
 // each other. Each reads the queue as last committed, so concurrent ones
@@ -92,15 +92,17 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if !validJSON(j.Workflow) {
 		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
 	}
-	job, inserted, alone, err := s.creates.create(ctx, j)
+	r := &createReq{j: j}
+	alone, err := s.creates.Do(ctx, r)
 	switch {
 	case err != nil:
 		return storage.Job{}, fmt.Errorf("postgres: create job: %w", err)
-	case inserted:
-		return job, nil
+	case r.inserted:
+		return r.job, nil
 	case alone:
-		defer s.creates.leave()
+		defer s.creates.Leave()
 	}
+	// Alone, or a job the batch did not insert.
 	return s.createOne(ctx, j)
 }
 

@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/internal/combine"
 )
 
-// Concurrent CreateJobs are written together: while createInflight batch
-// statements are running, new creates wait and go out in the next one, as
-// one multi-row INSERT (createBatchSQL). A lone create goes out at once as
-// the single-row statement, so batching adds no wait when there is no
-// contention; under contention one statement, one commit and one run of the
-// queue-count trigger serve many jobs instead of one each.
+// Concurrent CreateJobs are written together (package combine): while
+// createInflight statements are running, new creates wait and go out in the
+// next one, as one multi-row INSERT (createBatchSQL). A lone create goes out
+// at once as the single-row statement, so batching adds no wait when there
+// is no contention; under contention one statement, one commit and one run
+// of the queue-count trigger serve many jobs instead of one each.
 //
 // Per-job answers stay exactly those of the single-row statement: a job the
 // batch did not insert (a duplicate ID or idempotency key, the queue bound,
@@ -26,13 +26,13 @@ import (
 // error (duplicate, queue full, or the driver's).
 
 const (
-	// createInflight is how many batch statements may run at once. More
-	// than one lets a batch build up its rows while another commits.
+	// createInflight is how many statements (batches or a lone create)
+	// may run at once. More than one lets a batch build up its rows while
+	// another commits.
 	createInflight = 2
 	// maxCreateBatch bounds the rows of one statement.
 	maxCreateBatch = 64
-	// createBatchTimeout bounds one batch statement: it serves many
-	// requests, so it runs on no single request's context.
+	// createBatchTimeout bounds one batch statement.
 	createBatchTimeout = 30 * time.Second
 )
 
@@ -56,113 +56,37 @@ const createBatchSQL = `WITH q AS (
 	ON CONFLICT DO NOTHING
 	RETURNING id::text, created_at, expires_at, greatest((SELECT queued FROM q), 0)`
 
-// createReq is one CreateJob waiting for a batch.
+// createReq is one CreateJob in a batch.
 type createReq struct {
-	j    storage.NewJob
-	done chan struct{}
-	// Set by the batch before done closes: the job when the batch inserted
-	// it; inserted false means "retry alone".
+	j storage.NewJob
+	// Set by the batch: the job when the batch inserted it; inserted false
+	// means "retry alone".
 	job      storage.Job
 	inserted bool
 }
 
-// createBatcher gathers concurrent creates into batches.
-type createBatcher struct {
-	mu       sync.Mutex
-	pending  []*createReq
-	inflight int
-	// write runs one batch (all of one pool and bound) and fills its
-	// requests; it must not close their done channels.
-	write func(ctx context.Context, reqs []*createReq)
-}
-
-// create hands j to a batch and returns the job when the batch inserted
-// it. When no batch or lone create is running it returns alone true
-// instead: the caller writes j itself at once and must call leave when
-// done. Otherwise inserted false means the batch did not insert j (the
-// caller retries it alone). err is set only when ctx ended first: j was not
-// written if it was still waiting, and may have been if it was not.
-func (b *createBatcher) create(ctx context.Context, j storage.NewJob) (job storage.Job, inserted, alone bool, err error) {
-	b.mu.Lock()
-	if b.inflight == 0 && len(b.pending) == 0 {
-		b.inflight++
-		b.mu.Unlock()
-		return storage.Job{}, false, true, nil
-	}
-	r := &createReq{j: j, done: make(chan struct{})}
-	b.pending = append(b.pending, r)
-	if b.inflight < createInflight {
-		b.inflight++
-		go b.flush()
-	}
-	b.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.job, r.inserted, false, nil
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	if i := slices.Index(b.pending, r); i >= 0 {
-		b.pending = slices.Delete(b.pending, i, i+1) // never sent
-	}
-	b.mu.Unlock()
-	return storage.Job{}, false, false, ctx.Err()
-}
-
-// leave ends a lone create, handing creates that queued meanwhile to a
-// batch.
-func (b *createBatcher) leave() {
-	b.mu.Lock()
-	b.inflight--
-	start := len(b.pending) > 0 && b.inflight < createInflight
-	if start {
-		b.inflight++
-	}
-	b.mu.Unlock()
-	if start {
-		go b.flush()
+// newCreateBatcher returns the combiner of s's CreateJobs.
+func newCreateBatcher(s *Store) *combine.Combiner[*createReq] {
+	return &combine.Combiner[*createReq]{
+		Inflight: createInflight, MaxBatch: maxCreateBatch, Timeout: createBatchTimeout,
+		Run: s.writeGroups,
 	}
 }
 
-// flush writes pending batches until none is left, then gives up its slot.
-func (b *createBatcher) flush() {
-	for {
-		b.mu.Lock()
-		if len(b.pending) == 0 {
-			b.inflight--
-			b.mu.Unlock()
-			return
-		}
-		n := min(len(b.pending), maxCreateBatch)
-		batch := slices.Clone(b.pending[:n])
-		b.pending = slices.Delete(b.pending, 0, n)
-		b.mu.Unlock()
-		b.writeGroups(batch)
-	}
-}
-
-// writeGroups writes batch one pool and bound at a time and releases every
-// request.
-func (b *createBatcher) writeGroups(batch []*createReq) {
-	defer func() {
-		for _, r := range batch {
-			close(r.done)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), createBatchTimeout)
-	defer cancel()
-	for left := batch; len(left) > 0; {
-		key := left[0].j
+// writeGroups writes a batch one pool and bound at a time.
+func (s *Store) writeGroups(ctx context.Context, batch []*createReq) {
+	for len(batch) > 0 {
+		key := batch[0].j
 		var group, rest []*createReq
-		for _, r := range left {
+		for _, r := range batch {
 			if r.j.Pool == key.Pool && r.j.MaxQueued == key.MaxQueued {
 				group = append(group, r)
 			} else {
 				rest = append(rest, r)
 			}
 		}
-		b.write(ctx, group)
-		left = rest
+		s.writeBatch(ctx, group)
+		batch = rest
 	}
 }
 

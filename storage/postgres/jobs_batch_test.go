@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -144,16 +145,16 @@ func createBatched(t *testing.T, st *Store, jobs []storage.NewJob) ([]storage.Jo
 	t.Helper()
 	var mu sync.Mutex
 	rows := 0
-	write := st.creates.write
-	st.creates.write = func(ctx context.Context, reqs []*createReq) {
+	run := st.creates.Run
+	st.creates.Run = func(ctx context.Context, reqs []*createReq) {
 		mu.Lock()
 		rows += len(reqs)
 		mu.Unlock()
-		write(ctx, reqs)
+		run(ctx, reqs)
 	}
-	st.creates.mu.Lock()
-	st.creates.inflight++ // the pretended lone create
-	st.creates.mu.Unlock()
+	if alone, _ := st.creates.Do(context.Background(), &createReq{}); !alone { // the pretended lone create
+		t.Fatal("the batcher was not idle")
+	}
 	out, errs := make([]storage.Job, len(jobs)), make([]error, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
@@ -164,7 +165,7 @@ func createBatched(t *testing.T, st *Store, jobs []storage.NewJob) ([]storage.Jo
 		}()
 	}
 	wg.Wait()
-	st.creates.leave()
+	st.creates.Leave()
 	return out, errs, rows
 }
 
@@ -224,37 +225,46 @@ func TestCreateJobBatchedDuplicates(t *testing.T) {
 // A create still waiting for a batch when its context ends is never written.
 func TestCreateJobWaitingCanceled(t *testing.T) {
 	st := batchStore(t)
-	st.creates.mu.Lock()
-	st.creates.inflight = createInflight // every batch slot busy
-	st.creates.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	j := batchJob("a", uuid.NewString(), "")
-	done := make(chan error)
+	gate, started := make(chan struct{}), make(chan struct{}, 1)
+	run := st.creates.Run
+	st.creates.Run = func(ctx context.Context, reqs []*createReq) {
+		started <- struct{}{}
+		<-gate
+		run(ctx, reqs)
+	}
+	if alone, _ := st.creates.Do(context.Background(), &createReq{}); !alone { // hold one slot
+		t.Fatal("the batcher was not idle")
+	}
+	pool := uuid.NewString()
+	held, waiting := batchJob("a", pool, ""), batchJob("a", pool, "")
+	heldDone := make(chan error)
 	go func() {
-		_, err := st.CreateJob(ctx, j)
-		done <- err
+		_, err := st.CreateJob(context.Background(), held)
+		heldDone <- err
 	}()
-	for {
-		st.creates.mu.Lock()
-		n := len(st.creates.pending)
-		st.creates.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	<-started // held's batch took the second slot and is held
+	ctx, cancel := context.WithCancel(context.Background())
+	waitingDone := make(chan error)
+	go func() {
+		_, err := st.CreateJob(ctx, waiting)
+		waitingDone <- err
+	}()
+	for st.creates.Pending() == 0 {
+		runtime.Gosched()
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := <-waitingDone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("CreateJob = %v, want context.Canceled", err)
 	}
-	st.creates.mu.Lock()
-	pending := len(st.creates.pending)
-	st.creates.inflight = 0
-	st.creates.mu.Unlock()
-	if pending != 0 {
-		t.Errorf("%d creates still pending after the cancel", pending)
+	close(gate)
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
 	}
-	if _, err := st.GetJob(context.Background(), "a", j.ID); !errors.Is(err, storage.ErrNotFound) {
+	st.creates.Leave()
+	if _, err := st.GetJob(context.Background(), "a", waiting.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("GetJob of the canceled create: %v, want ErrNotFound", err)
+	}
+	if _, err := st.GetJob(context.Background(), "a", held.ID); err != nil {
+		t.Errorf("GetJob of the batched create: %v", err)
 	}
 }

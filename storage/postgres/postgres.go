@@ -21,13 +21,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/internal/combine"
 )
 
 // Store is a storage.Store on a pgx pool.
 type Store struct {
 	pool *pgxpool.Pool
 	// creates batches concurrent CreateJobs (jobs_batch.go).
-	creates *createBatcher
+	creates *combine.Combiner[*createReq]
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -57,8 +58,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: new pool: %w", err)
 	}
-	s := &Store{pool: pool, creates: &createBatcher{}}
-	s.creates.write = s.writeBatch
+	s := &Store{pool: pool}
+	s.creates = newCreateBatcher(s)
 	return s, nil
 }
 
