@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/bus"
+	"github.com/comfygate/comfygate/storage/internal/combine"
 )
 
 // Bus is a bus.Bus over Redis pub/sub.
@@ -20,6 +21,9 @@ type Bus struct {
 	*bus.Hub
 	client  *redis.Client
 	channel string
+	// publishes sends concurrent publishes as one pipeline: one round trip
+	// and system call for many.
+	publishes *combine.Combiner[*publishReq]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -33,7 +37,15 @@ func New(url, prefix string) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisbus: %w", err)
 	}
-	return &Bus{Hub: bus.NewHub(), client: redis.NewClient(opt), channel: prefix + "events"}, nil
+	b := &Bus{Hub: bus.NewHub(), client: redis.NewClient(opt), channel: prefix + "events"}
+	b.publishes = &combine.Combiner[*publishReq]{Timeout: 10 * time.Second, Run: b.publishBatch}
+	return b, nil
+}
+
+// publishReq is one Publish in a pipeline.
+type publishReq struct {
+	payload []byte
+	err     error
 }
 
 // Start subscribes and delivers until Close. It returns once the
@@ -79,10 +91,31 @@ func (b *Bus) Publish(ctx context.Context, e bus.Event) error {
 	if err != nil {
 		return err
 	}
-	if err := b.client.Publish(ctx, b.channel, payload).Err(); err != nil {
-		return fmt.Errorf("redisbus: publishing: %w", err)
+	r := &publishReq{payload: payload}
+	alone, err := b.publishes.Do(ctx, r)
+	if alone {
+		defer b.publishes.Leave()
+		r.err = b.client.Publish(ctx, b.channel, payload).Err()
+	} else if err != nil {
+		r.err = err
+	}
+	if r.err != nil {
+		return fmt.Errorf("redisbus: publishing: %w", r.err)
 	}
 	return nil
+}
+
+// publishBatch sends the publishes of a batch, in order, as one pipeline.
+func (b *Bus) publishBatch(ctx context.Context, reqs []*publishReq) {
+	pipe := b.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(reqs))
+	for i, r := range reqs {
+		cmds[i] = pipe.Publish(ctx, b.channel, r.payload)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, r := range reqs {
+		r.err = cmds[i].Err()
+	}
 }
 
 // Close stops delivery and closes the connection.

@@ -2,8 +2,13 @@ package redisbus
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/bus"
 	"github.com/comfygate/comfygate/storage/pgtest"
@@ -67,5 +72,61 @@ func TestUnreachableRedisFailsStart(t *testing.T) {
 	defer cancel()
 	if err := b.Start(ctx); err == nil {
 		t.Fatal("Start succeeded against a closed port")
+	}
+}
+
+// Concurrent publishes (sent together as pipelines) each reach Redis once.
+func TestConcurrentPublishes(t *testing.T) {
+	const n = 200
+	url, prefix := pgtest.RedisURL(t), pgtest.KeyPrefix(t)
+	ctx := context.Background()
+	b, err := New(url, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	// A raw subscriber with room for every event: the hub's small
+	// per-subscription buffers would drop some.
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := redis.NewClient(opt)
+	t.Cleanup(func() { raw.Close() })
+	sub := raw.Subscribe(ctx, b.channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := sub.Channel(redis.WithChannelSize(2 * n))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.Publish(ctx, bus.Event{JobID: fmt.Sprint("job-", i), Kind: "queued", Pool: "p"}); err != nil {
+				t.Errorf("Publish %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	got := map[string]int{}
+	timeout := time.After(20 * time.Second)
+	for len(got) < n {
+		select {
+		case m := <-ch:
+			var e bus.Event
+			if err := json.Unmarshal([]byte(m.Payload), &e); err != nil {
+				t.Fatalf("payload %q: %v", m.Payload, err)
+			}
+			got[e.JobID]++
+		case <-timeout:
+			t.Fatalf("%d of %d events arrived", len(got), n)
+		}
+	}
+	for i := range n {
+		if c := got[fmt.Sprint("job-", i)]; c != 1 {
+			t.Errorf("event %d arrived %d times, want once", i, c)
+		}
 	}
 }

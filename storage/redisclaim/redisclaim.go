@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/internal/combine"
 )
 
 // maxRawKey is the longest client key stored verbatim. Longer keys are
@@ -28,6 +29,17 @@ const maxRawKey = 64
 type Store struct {
 	client *redis.Client
 	prefix string
+	// claims sends concurrent claims to Redis as one pipeline: one round
+	// trip and system call for many, with each claim's own answer.
+	claims *combine.Combiner[*claimReq]
+}
+
+// claimReq is one Claim in a pipeline.
+type claimReq struct {
+	key string
+	ttl time.Duration
+	ok  bool
+	err error
 }
 
 var _ storage.ClaimStore = (*Store)(nil)
@@ -41,7 +53,9 @@ func New(url string, prefix string) (*Store, error) {
 		// ParseURL's errors do not echo the URL, so no password leaks.
 		return nil, fmt.Errorf("redisclaim: parse url: %w", err)
 	}
-	return &Store{client: redis.NewClient(opts), prefix: prefix}, nil
+	s := &Store{client: redis.NewClient(opts), prefix: prefix}
+	s.claims = &combine.Combiner[*claimReq]{Timeout: 10 * time.Second, Run: s.claimBatch}
+	return s, nil
 }
 
 // Key returns the Redis key holding scope/key's claim:
@@ -63,11 +77,31 @@ func (s *Store) Claim(ctx context.Context, scope, key string, ttl time.Duration)
 	}
 	// SET key 1 PX ttl NX: atomic test-and-take with the expiry attached,
 	// so a crash between taking and expiring cannot leave a permanent key.
-	ok, err := s.client.SetNX(ctx, s.Key(scope, key), "1", ttl).Result()
-	if err != nil {
-		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
+	r := &claimReq{key: s.Key(scope, key), ttl: ttl}
+	alone, err := s.claims.Do(ctx, r)
+	if alone {
+		defer s.claims.Leave()
+		r.ok, r.err = s.client.SetNX(ctx, r.key, "1", ttl).Result()
+	} else if err != nil {
+		r.err = err
 	}
-	return ok, nil
+	if r.err != nil {
+		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, r.err)
+	}
+	return r.ok, nil
+}
+
+// claimBatch sends the claims of a batch as one pipeline.
+func (s *Store) claimBatch(ctx context.Context, reqs []*claimReq) {
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.BoolCmd, len(reqs))
+	for i, r := range reqs {
+		cmds[i] = pipe.SetNX(ctx, r.key, "1", r.ttl)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, r := range reqs {
+		r.ok, r.err = cmds[i].Result()
+	}
 }
 
 // Release frees scope/key. Releasing a key nobody holds is not an error.

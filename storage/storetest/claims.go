@@ -157,4 +157,24 @@ func testConcurrentClaims(t *testing.T, cs storage.ClaimStore) {
 	if wins != 1 {
 		t.Errorf("%d of %d concurrent claims won, want exactly 1", wins, n)
 	}
+	// Concurrent claims of distinct keys (taken twice each) get their own
+	// answers: a store that sends claims together must not mix them up.
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = newID()
+		if i%2 == 0 && !claim(t, cs, scope, keys[i], time.Minute) {
+			t.Fatalf("claim of fresh key %d failed", i)
+		}
+	}
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := cs.Claim(ctx(t), scope, k, time.Minute)
+			if err != nil || ok != (i%2 == 1) {
+				t.Errorf("concurrent Claim of key %d (taken before: %v) = %v, %v", i, i%2 == 0, ok, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
