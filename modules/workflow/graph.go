@@ -122,21 +122,26 @@ func (g Graph) edges() map[string][]string {
 
 // cycles returns the set of nodes that lie on a dependency cycle, found as
 // strongly connected components (Tarjan, iterative so that a long chain
-// cannot exhaust the stack).
+// cannot exhaust the stack). Nodes are numbered by their place in ids so
+// that the bookkeeping is slices, not maps: this runs on every submit.
 func cycles(ids []string, deps map[string][]string) map[string]int {
-	index := make(map[string]int, len(ids))
-	low := make(map[string]int, len(ids))
-	onStack := make(map[string]bool)
-	var stack []string
+	n := len(ids)
+	pos := make(map[string]int, n)
+	for i, id := range ids {
+		pos[id] = i
+	}
+	index := make([]int, n) // visit order from 1; 0 = not visited yet
+	low := make([]int, n)
+	onStack := make([]bool, n)
+	var stack []int
 	comp := map[string]int{} // node → component number, only for cyclic ones
-	next, compN := 0, 0
+	next, compN := 1, 0
 
 	type callFrame struct {
-		node string
-		edge int
+		node, edge int
 	}
-	for _, root := range ids {
-		if _, seen := index[root]; seen {
+	for root := range n {
+		if index[root] != 0 {
 			continue
 		}
 		call := []callFrame{{node: root}}
@@ -146,10 +151,13 @@ func cycles(ids []string, deps map[string][]string) map[string]int {
 		onStack[root] = true
 		for len(call) > 0 {
 			f := &call[len(call)-1]
-			if f.edge < len(deps[f.node]) {
-				w := deps[f.node][f.edge]
+			if d := deps[ids[f.node]]; f.edge < len(d) {
+				w, ok := pos[d[f.edge]]
 				f.edge++
-				if _, seen := index[w]; !seen {
+				if !ok {
+					continue
+				}
+				if index[w] == 0 {
 					index[w], low[w] = next, next
 					next++
 					stack = append(stack, w)
@@ -171,20 +179,19 @@ func cycles(ids []string, deps map[string][]string) map[string]int {
 			if low[v] != index[v] {
 				continue
 			}
-			var members []string
-			for {
-				w := stack[len(stack)-1]
-				stack = stack[:len(stack)-1]
-				onStack[w] = false
-				members = append(members, w)
-				if w == v {
-					break
-				}
+			first := len(stack) - 1
+			for stack[first] != v {
+				first--
 			}
-			if len(members) > 1 || selfLoop(v, deps) {
+			members := stack[first:]
+			stack = stack[:first]
+			for _, m := range members {
+				onStack[m] = false
+			}
+			if len(members) > 1 || selfLoop(ids[v], deps) {
 				compN++
 				for _, m := range members {
-					comp[m] = compN
+					comp[ids[m]] = compN
 				}
 			}
 		}

@@ -21,45 +21,55 @@ import (
 // or a member name has escapes or non-ASCII bytes (whose decoding is left
 // to json.Unmarshal).
 func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
+	m := map[string]json.RawMessage{}
+	if !eachMember(raw, func(name string, value json.RawMessage) { m[name] = value }) {
 		return nil, false
 	}
-	m := map[string]json.RawMessage{}
+	return m, true
+}
+
+// eachMember calls fn for each member of raw in order, on the terms of
+// objectMembers; when it returns false, fn may have seen some members and
+// the caller must discard what it gathered.
+func eachMember(raw []byte, fn func(name string, value json.RawMessage)) bool {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return false
+	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return m, skipSpace(raw, i+1) == len(raw)
+		return skipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
-			return nil, false
+			return false
 		}
 		end, ok := plainStringEnd(raw, i)
 		if !ok {
-			return nil, false
+			return false
 		}
 		name := string(raw[i+1 : end])
 		i = skipSpace(raw, end+1)
 		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
+			return false
 		}
 		start := skipSpace(raw, i+1)
 		stop, ok := valueEnd(raw, start)
 		if !ok {
-			return nil, false
+			return false
 		}
-		m[name] = raw[start:stop:stop]
+		fn(name, raw[start:stop:stop])
 		i = skipSpace(raw, stop)
 		if i >= len(raw) {
-			return nil, false
+			return false
 		}
 		switch raw[i] {
 		case ',':
 			i = skipSpace(raw, i+1)
 		case '}':
-			return m, skipSpace(raw, i+1) == len(raw)
+			return skipSpace(raw, i+1) == len(raw)
 		default:
-			return nil, false
+			return false
 		}
 	}
 }

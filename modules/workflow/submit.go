@@ -147,32 +147,29 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 	bad := NodeErrors{}
 	for _, id := range sortedIDs(nodes) {
 		raw := bytes.TrimSpace(nodes[id])
-		var fields map[string]json.RawMessage
-		var err error
-		if len(raw) > 0 && raw[0] == '{' {
-			fields, err = members(raw)
-		}
-		if fields == nil || err != nil {
+		f, ok := nodeFieldsOf(raw)
+		if !ok {
 			bad.add(id, "", ReasonInvalidNode, "a node must be an object with class_type and inputs")
 			continue
 		}
 		var n Node
-		if ct, ok := fields["class_type"]; ok {
+		var err error
+		if ct, ok := f.classType, f.hasClassType; ok {
 			if s, plain := plainString(ct); plain {
 				n.ClassType = s
 			} else if json.Unmarshal(ct, &n.ClassType) != nil {
 				bad.add(id, "class_type", ReasonMissingNodeType, "class_type must be a string")
 			}
 		}
-		if in := bytes.TrimSpace(fields["inputs"]); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+		if in := bytes.TrimSpace(f.inputs); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
 			if in[0] != '{' {
 				bad.add(id, "inputs", ReasonInvalidNode, "inputs must be an object")
 			} else if n.Inputs, err = members(in); err != nil {
 				bad.add(id, "inputs", ReasonInvalidNode, "inputs must be an object")
 			}
 		}
-		if m, ok := fields["_meta"]; ok {
-			n.Meta = m
+		if f.hasMeta {
+			n.Meta = f.meta
 		}
 		g[id] = n
 	}
@@ -193,4 +190,42 @@ func members(raw []byte) (map[string]json.RawMessage, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// nodeFields are the members of a node object decodeGraph reads.
+type nodeFields struct {
+	classType, inputs, meta json.RawMessage
+	hasClassType, hasMeta   bool
+}
+
+// nodeFieldsOf picks a node object's members (the last of duplicates, as
+// json.Unmarshal would) without building a map of them; ok is false when
+// raw is not an object.
+func nodeFieldsOf(raw []byte) (nodeFields, bool) {
+	var f nodeFields
+	pick := func(name string, value json.RawMessage) {
+		switch name {
+		case "class_type":
+			f.classType, f.hasClassType = value, true
+		case "inputs":
+			f.inputs = value
+		case "_meta":
+			f.meta, f.hasMeta = value, true
+		}
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return f, false
+	}
+	if eachMember(raw, pick) {
+		return f, true
+	}
+	f = nodeFields{}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return f, false
+	}
+	for name, value := range m {
+		pick(name, value)
+	}
+	return f, true
 }
