@@ -12,6 +12,9 @@ import (
 type leaseStore interface {
 	heartbeat(ctx context.Context, l *Lease) error
 	settle(ctx context.Context, l *Lease, chargedCents int64) error
+	// settleOrdered puts the settle in the store's order before it returns
+	// and reports the result to done, possibly from another goroutine.
+	settleOrdered(l *Lease, chargedCents int64, done func(error))
 }
 
 // Lease is an admitted call's hold on its workspace's limits. It counts
@@ -31,6 +34,7 @@ type Lease struct {
 
 	store   leaseStore
 	credits bool // admitted with RequireCredits: Settle debits the charge
+	resumed bool // built by Resume: Cents is not what the lease reserved
 
 	mu      sync.Mutex
 	settled bool
@@ -87,41 +91,106 @@ func (l *Lease) Settle(ctx context.Context, chargedCents int64) error {
 	return nil
 }
 
-// KeepAlive heartbeats the lease every TTL/3 in a goroutine until stop is
-// called, ctx ends, or the lease is lost. Errors other than the final
-// ErrLeaseLost are retried on the next tick; every error is passed to onErr
-// (may be nil) for logging. stop waits for the goroutine to finish, so call
-// it before Settle to avoid a heartbeat racing the release (harmless, but
-// noisy: it reports ErrLeaseLost). Pass a context the client disconnect
-// does not cancel (context.WithoutCancel) when the provider call carries on
-// after the client leaves: the spend stays committed until it finishes.
-func (l *Lease) KeepAlive(ctx context.Context, onErr func(error)) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(l.TTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := l.Heartbeat(ctx)
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			if onErr != nil {
-				onErr(err)
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				return
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
+// SettleOrdered is Settle for the moment an answer is about to be written:
+// it does not wait for the store, yet the release is ordered before
+// anything this process asks the limiter afterwards. When SettleOrdered
+// returns, the settle is queued (Redis) or done (Memory), and any Admit this
+// process issues from then on is executed after it, so the caller's next
+// call can never be refused because of this one's lease. done receives
+// Settle's result, on another goroutine for Redis; it must be quick (start
+// a goroutine for a retry). Another process's Admit is not ordered: with
+// Redis the settle reaches the server within one round trip.
+//
+// Do not call it together with Settle or twice; after a failure, retry with
+// Settle.
+func (l *Lease) SettleOrdered(chargedCents int64, done func(error)) {
+	if chargedCents < 0 || chargedCents > MaxCents {
+		done(fmt.Errorf("%w: charged cents %d out of range", ErrInvalid, chargedCents))
+		return
 	}
+	l.mu.Lock()
+	if l.settled {
+		l.mu.Unlock()
+		done(nil)
+		return
+	}
+	if !l.credits {
+		chargedCents = 0
+	}
+	// The lease is marked settled only once the store confirms; the mutex
+	// is not held across the wait, which happens on another goroutine.
+	l.mu.Unlock()
+	l.store.settleOrdered(l, chargedCents, func(err error) {
+		if err == nil {
+			l.mu.Lock()
+			l.settled = true
+			l.mu.Unlock()
+		}
+		done(err)
+	})
+}
+
+// KeepAlive heartbeats the lease every TTL/3 until stop is called, ctx
+// ends, or the lease is lost. Errors other than the final ErrLeaseLost are
+// retried on the next tick; every error is passed to onErr (may be nil) for
+// logging. stop waits for a heartbeat in progress, so call it before Settle
+// to avoid a heartbeat racing the release (harmless, but noisy: it reports
+// ErrLeaseLost). Pass a context the client disconnect does not cancel
+// (context.WithoutCancel) when the provider call carries on after the
+// client leaves: the spend stays committed until it finishes.
+//
+// It runs on a timer, not a goroutine: most calls end before their first
+// heartbeat is due, and then KeepAlive and stop cost a timer and nothing
+// else.
+func (l *Lease) KeepAlive(ctx context.Context, onErr func(error)) (stop func()) {
+	k := &keeper{lease: l, ctx: ctx, onErr: onErr}
+	k.mu.Lock()
+	k.timer = time.AfterFunc(l.TTL/3, k.tick)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper is one KeepAlive.
+type keeper struct {
+	lease *Lease
+	ctx   context.Context
+	onErr func(error)
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	beating sync.WaitGroup // a heartbeat in progress
+}
+
+func (k *keeper) tick() {
+	k.mu.Lock()
+	if k.stopped || k.ctx.Err() != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.beating.Add(1)
+	k.mu.Unlock()
+	defer k.beating.Done()
+	err := k.lease.Heartbeat(k.ctx)
+	if err != nil && k.ctx.Err() == nil {
+		if k.onErr != nil {
+			k.onErr(err)
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			return
+		}
+	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.timer.Reset(k.lease.TTL / 3)
+	}
+	k.mu.Unlock()
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	k.mu.Unlock()
+	k.beating.Wait()
 }

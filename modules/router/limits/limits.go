@@ -11,7 +11,7 @@
 // context a client disconnect cannot cancel.
 //
 // Two implementations share the semantics and one test suite
-// (limitstest.Run): Redis (one Lua script per operation, server clock) for
+// (limitstest.Run): Redis (Lua scripts, pipelined, server clock) for
 // multi-instance deployments and Memory (mutex, injectable clock) for the
 // embedded single-process default.
 //
@@ -187,10 +187,13 @@ func (r *Refusal) RetryAfterSeconds() int {
 // Limiter admits calls. Both implementations are safe for concurrent use.
 //
 // Redis round trips (the Redis implementation; Memory makes none): an
-// admitted call costs 1 for Admit + 1 for Settle + 1 per heartbeat, that is
-// 2 + floor(duration / (TTL/3)) with Lease.KeepAlive; a refused call costs 1.
-// The first use of each script on a connection's server may add one more
-// (EVALSHA answered NOSCRIPT, then EVAL), once per server lifetime.
+// admitted call costs at most 1 for Admit + 1 for Settle + 1 per heartbeat,
+// that is 2 + floor(duration / (TTL/3)) with Lease.KeepAlive; a refused call
+// costs 1. Operations of concurrent calls share round trips (and script
+// calls, per workspace): those issued while a pipeline is on the wire go
+// out together in the next one. The first use of the script on a server
+// adds one round trip (EVALSHA answered NOSCRIPT, then SCRIPT LOAD), once
+// per server lifetime.
 type Limiter interface {
 	// Admit reserves a slot, the call's cents and one unit of every rate
 	// window for call in workspace, atomically. A refusal is a *Refusal; a
@@ -211,10 +214,10 @@ type Limiter interface {
 
 // RoundTrips is the number of Redis round trips the Redis limiter spends on
 // one admitted call that holds its lease for d with Lease.KeepAlive under
-// lease TTL ttl (0 = DefaultLeaseTTL): Admit 1 + Settle 1 + one heartbeat
-// per TTL/3 elapsed. A refused call costs 1. Script loading (NOSCRIPT then
-// EVAL) adds 1 once per script per Redis server start and is not counted.
-// Memory makes none.
+// lease TTL ttl (0 = DefaultLeaseTTL) when no other call shares them:
+// Admit 1 + Settle 1 + one heartbeat per TTL/3 elapsed. A refused call
+// costs 1. Script loading (NOSCRIPT then SCRIPT LOAD) adds 1 once per Redis
+// server start and is not counted. Memory makes none.
 func RoundTrips(d, ttl time.Duration) int {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -22,15 +21,18 @@ import (
 //	<prefix>{ws}:rate:<n>:<ms>  ZSET admission → admission time, per window
 //	<prefix>{ws}:settled:<id>   STRING guard against a double debit (15 min)
 //
-// Every operation is one Lua script, so reaping, checking and reserving are
-// atomic. Scripts read the clock with redis.call('TIME'): all gateways share
-// the server's clock, so their own skew cannot stretch or shrink a lease.
-// The lease and cost keys carry a PEXPIRE of 2×TTL refreshed on every
-// admission and heartbeat, so an idle workspace leaves nothing behind.
-// Admission sums the cost HASH (HVALS), O(calls in flight): bounded by
-// MaxInFlight in practice.
+// Every operation runs inside a Lua script (opsScript, which also runs
+// several queued operations of one workspace in one call), so reaping,
+// checking and reserving are atomic. Scripts read the clock with
+// redis.call('TIME'): all gateways share the server's clock, so their own
+// skew cannot stretch or shrink a lease. The lease and cost keys carry a
+// PEXPIRE of 2×TTL refreshed on every admission and heartbeat, so an idle
+// workspace leaves nothing behind. Admission sums the cost HASH (HVALS),
+// O(calls in flight) once per script call: bounded by MaxInFlight in
+// practice.
 type Redis struct {
 	client redis.UniversalClient
+	pipe   *pipeliner
 	owned  bool
 	prefix string
 	ttl    time.Duration
@@ -47,6 +49,11 @@ func OpenRedis(url, prefix string, ttl time.Duration) (*Redis, error) {
 		// ParseURL's errors do not echo the URL, so no password leaks.
 		return nil, fmt.Errorf("limits: parse redis url: %w", err)
 	}
+	if opts.Protocol == 0 {
+		// The limiter needs nothing from RESP3, and with it go-redis looks
+		// for push notifications before reading every reply.
+		opts.Protocol = 2
+	}
 	l, err := NewRedis(redis.NewClient(opts), prefix, ttl)
 	if err != nil {
 		return nil, err
@@ -61,7 +68,7 @@ func NewRedis(client redis.UniversalClient, prefix string, ttl time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Redis{client: client, prefix: prefix, ttl: ttl}, nil
+	return &Redis{client: client, pipe: newPipeliner(client, opsScript), prefix: prefix, ttl: ttl}, nil
 }
 
 // Close closes the client if OpenRedis created it.
@@ -75,148 +82,78 @@ func (r *Redis) Close() error {
 	return nil
 }
 
-// plainWorkspace is what may go into a key verbatim; anything else (braces
-// would break the hash tag, colons could collide with key suffixes) is hashed.
-var plainWorkspace = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+// plainWorkspace reports what may go into a key verbatim: 1 to 64 of
+// [A-Za-z0-9_.-]; anything else (braces would break the hash tag, colons
+// could collide with key suffixes) is hashed. (A loop, not a regexp: it runs
+// on every operation.)
+func plainWorkspace(ws string) bool {
+	if len(ws) == 0 || len(ws) > 64 {
+		return false
+	}
+	for i := 0; i < len(ws); i++ {
+		c := ws[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
-// key returns <prefix>{ws}:suffix.
-func (r *Redis) key(workspace, suffix string) string {
+// keyTag returns <prefix>{ws}:, which starts every key of workspace.
+func (r *Redis) keyTag(workspace string) string {
 	tag := workspace
-	if !plainWorkspace.MatchString(workspace) {
+	if !plainWorkspace(workspace) {
 		sum := sha256.Sum256([]byte(workspace))
 		tag = "h-" + hex.EncodeToString(sum[:16])
 	}
-	return r.prefix + "{" + tag + "}:" + suffix
+	return r.prefix + "{" + tag + "}:"
 }
+
+// key returns <prefix>{ws}:suffix.
+func (r *Redis) key(workspace, suffix string) string { return r.keyTag(workspace) + suffix }
 
 func rateSuffix(w Window) string {
 	return "rate:" + w.Name + ":" + strconv.FormatInt(w.Period.Milliseconds(), 10)
 }
 
-// luaNow is the Redis clock in milliseconds.
-const luaNow = `local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-`
-
-// luaReap drops leases whose expiry is at or before now, with their cents.
-const luaReap = `local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-for _, m in ipairs(expired) do redis.call('HDEL', KEYS[2], m) end
-if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
-`
-
-// admitScript: KEYS = leases, cost, credits, rate keys...;
-// ARGV = id, ttl_ms, max_in_flight, cents, ceiling, require_credits,
-// then name, period_ms, max per window.
-// Returns {code, reason, limit, current, retry_ms, window, count, committed}
-// with code 1 admitted, 0 refused, -1 duplicate id.
-var admitScript = redis.NewScript(luaNow + luaReap + `
-local id = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local maxIn = tonumber(ARGV[3])
-local cents = tonumber(ARGV[4])
-local ceiling = tonumber(ARGV[5])
-if redis.call('ZSCORE', KEYS[1], id) then return {-1, '', 0, 0, 0, '', 0, 0} end
-local count = redis.call('ZCARD', KEYS[1])
-local committed = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do committed = committed + tonumber(v) end
-if maxIn > 0 and count >= maxIn then return {0, 'in_flight', maxIn, count, 0, '', count, committed} end
-if ceiling > 0 and committed + cents > ceiling then return {0, 'spend', ceiling, committed, 0, '', count, committed} end
-local nw = (#ARGV - 6) / 3
-for i = 1, nw do
-  local key = KEYS[3 + i]
-  local name = ARGV[4 + 3 * i]
-  local period = tonumber(ARGV[5 + 3 * i])
-  local wmax = tonumber(ARGV[6 + 3 * i])
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
-  local n = redis.call('ZCARD', key)
-  if n >= wmax then
-    local oldest = redis.call('ZRANGE', key, n - wmax, n - wmax, 'WITHSCORES')
-    return {0, 'rate', wmax, n, tonumber(oldest[2]) + period - now, name, count, committed}
-  end
-end
-if ARGV[6] == '1' then
-  local bal = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if bal - committed < cents then return {0, 'credits', bal, committed, 0, '', count, committed} end
-end
-redis.call('ZADD', KEYS[1], now + ttl, id)
-redis.call('HSET', KEYS[2], id, cents)
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-local member = id .. '@' .. t[1] .. '.' .. t[2]
-for i = 1, nw do
-  local period = tonumber(ARGV[5 + 3 * i])
-  redis.call('ZADD', KEYS[3 + i], now, member)
-  redis.call('PEXPIRE', KEYS[3 + i], period)
-end
-return {1, '', 0, 0, 0, '', count + 1, committed + cents}
-`)
-
-// heartbeatScript: KEYS = leases, cost; ARGV = id, ttl_ms. Returns 1 if the
-// lease was extended, 0 if it was gone or already past its expiry (then it
-// is reaped here, exactly as the next admission would).
-var heartbeatScript = redis.NewScript(luaNow + `
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s then return 0 end
-if tonumber(s) <= now then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  return 0
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-return 1
-`)
-
-// settleScript: KEYS = leases, cost, credits, settled guard;
-// ARGV = id, charged cents, guard ttl ms. The debit happens at most once per
-// call id within the guard's lifetime.
-var settleScript = redis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-local charged = tonumber(ARGV[2])
-if charged > 0 and redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[3]) then
-  redis.call('DECRBY', KEYS[3], charged)
-end
-return 1
-`)
-
-// inspectScript: KEYS = leases, cost. Read-only: counts unexpired leases.
-var inspectScript = redis.NewScript(luaNow + `
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
-local cents = 0
-for _, m in ipairs(ids) do cents = cents + tonumber(redis.call('HGET', KEYS[2], m) or '0') end
-return {#ids, cents}
-`)
-
 func unavailable(op string, err error) error {
 	return fmt.Errorf("limits: %s: %w: %w", op, ErrUnavailable, err)
 }
 
-// Admit implements Limiter with one round trip.
+// Admit implements Limiter with one round trip (shared with the other
+// operations pipelined alongside it).
 func (r *Redis) Admit(ctx context.Context, workspace string, call Call, lim Limits) (*Lease, error) {
 	if err := validate(workspace, call, lim); err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, 3+len(lim.Rate))
-	keys = append(keys, r.key(workspace, "leases"), r.key(workspace, "cost"), r.key(workspace, "credits"))
+	reply, err := r.pipe.do(ctx, r.admitOp(workspace, call, lim))
+	if err != nil {
+		return nil, unavailable("admit", err)
+	}
+	return r.admitted(workspace, call, lim, reply)
+}
+
+func (r *Redis) admitOp(workspace string, call Call, lim Limits) *op {
 	requireCredits := "0"
 	if lim.RequireCredits {
 		requireCredits = "1"
 	}
-	args := make([]any, 0, 6+3*len(lim.Rate))
-	args = append(args, call.ID, r.ttl.Milliseconds(), lim.MaxInFlight, call.Cents, lim.SpendCeilingCents, requireCredits)
-	for _, w := range lim.Rate {
-		keys = append(keys, r.key(workspace, rateSuffix(w)))
-		args = append(args, w.Name, w.Period.Milliseconds(), w.Max)
+	o := &op{keyTag: r.keyTag(workspace)}
+	o.args = make([]any, 0, 8+4*len(lim.Rate))
+	o.args = append(o.args, "A", call.ID, r.ttl.Milliseconds(), lim.MaxInFlight, call.Cents, lim.SpendCeilingCents,
+		requireCredits, len(lim.Rate))
+	for i, w := range lim.Rate {
+		o.keys = append(o.keys, o.keyTag+rateSuffix(w))
+		o.args = append(o.args, keyRef(i), w.Name, w.Period.Milliseconds(), w.Max)
 	}
-	res, err := admitScript.Run(ctx, r.client, keys, args...).Slice()
-	if err != nil {
-		return nil, unavailable("admit", err)
-	}
-	if len(res) != 8 {
-		return nil, unavailable("admit", fmt.Errorf("unexpected reply %v", res))
+	return o
+}
+
+// admitted turns the admit operation's reply into a Lease or a refusal.
+func (r *Redis) admitted(workspace string, call Call, lim Limits, reply any) (*Lease, error) {
+	res, ok := reply.([]any)
+	if !ok || len(res) != 8 {
+		return nil, unavailable("admit", unexpected(reply))
 	}
 	code, _ := res[0].(int64)
 	reason, _ := res[1].(string)
@@ -239,6 +176,8 @@ func (r *Redis) Admit(ctx context.Context, workspace string, call Call, lim Limi
 	}, nil
 }
 
+func unexpected(reply any) error { return fmt.Errorf("unexpected reply %v", reply) }
+
 // newRefusal fills Remaining from Limit and Current as the contract defines it.
 func newRefusal(reason Reason, limit, current int64, window string, retry time.Duration) *Refusal {
 	ref := &Refusal{Reason: reason, Limit: limit, Current: current, Window: window, RetryAfter: retry}
@@ -249,26 +188,53 @@ func newRefusal(reason Reason, limit, current int64, window string, retry time.D
 }
 
 func (r *Redis) heartbeat(ctx context.Context, l *Lease) error {
-	keys := []string{r.key(l.Workspace, "leases"), r.key(l.Workspace, "cost")}
-	ok, err := heartbeatScript.Run(ctx, r.client, keys, l.ID, r.ttl.Milliseconds()).Int64()
+	reply, err := r.pipe.do(ctx, &op{keyTag: r.keyTag(l.Workspace), args: []any{"H", l.ID, r.ttl.Milliseconds()}})
 	if err != nil {
 		return unavailable("heartbeat", err)
 	}
-	if ok != 1 {
+	if ok, _ := reply.(int64); ok != 1 {
 		return fmt.Errorf("%w: call %s expired", ErrLeaseLost, l.ID)
 	}
 	return nil
 }
 
-func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
-	keys := []string{
-		r.key(l.Workspace, "leases"), r.key(l.Workspace, "cost"),
-		r.key(l.Workspace, "credits"), r.key(l.Workspace, "settled:"+l.ID),
+// settleOp is the settle operation of l. It names the cents the lease
+// reserved (what admission stored; -1 for a resumed lease, whose cents the
+// script reads) and the settled guard key only when there is something to
+// debit.
+func (r *Redis) settleOp(l *Lease, charged int64) *op {
+	o := &op{keyTag: r.keyTag(l.Workspace)}
+	cents := l.Cents
+	if l.resumed {
+		cents = -1
 	}
-	if err := settleScript.Run(ctx, r.client, keys, l.ID, charged, settleGuardTTL.Milliseconds()).Err(); err != nil {
+	if charged > 0 {
+		o.keys = []string{o.keyTag + "settled:" + l.ID}
+		o.args = []any{"S", l.ID, cents, charged, keyRef(0), settleGuardTTL.Milliseconds()}
+	} else {
+		o.args = []any{"S", l.ID, cents, 0, 0, 0}
+	}
+	return o
+}
+
+func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
+	if _, err := r.pipe.do(ctx, r.settleOp(l, charged)); err != nil {
 		return unavailable("settle", err)
 	}
 	return nil
+}
+
+// settleOrdered queues the settle at once and reports its result to done
+// from another goroutine.
+func (r *Redis) settleOrdered(l *Lease, charged int64, done func(error)) {
+	o := r.settleOp(l, charged)
+	o.onDone = func(_ any, err error) {
+		if err != nil {
+			err = unavailable("settle", err)
+		}
+		done(err)
+	}
+	r.pipe.start(o)
 }
 
 // Inspect implements Limiter.
@@ -276,15 +242,17 @@ func (r *Redis) Inspect(ctx context.Context, workspace string) (int, int64, erro
 	if err := validateWorkspace(workspace); err != nil {
 		return 0, 0, err
 	}
-	keys := []string{r.key(workspace, "leases"), r.key(workspace, "cost")}
-	res, err := inspectScript.Run(ctx, r.client, keys).Int64Slice()
+	reply, err := r.pipe.do(ctx, &op{keyTag: r.keyTag(workspace), args: []any{"I"}})
 	if err != nil {
 		return 0, 0, unavailable("inspect", err)
 	}
-	if len(res) != 2 {
-		return 0, 0, unavailable("inspect", fmt.Errorf("unexpected reply %v", res))
+	res, ok := reply.([]any)
+	if !ok || len(res) != 2 {
+		return 0, 0, unavailable("inspect", unexpected(reply))
 	}
-	return int(res[0]), res[1], nil
+	n, _ := res[0].(int64)
+	cents, _ := res[1].(int64)
+	return int(n), cents, nil
 }
 
 // Balance implements Limiter.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -153,6 +155,8 @@ func BenchmarkRedisAdmitSettle(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
+	raw := rawRedis(b)
+	before := evalshaUsec(b, raw)
 	i := 0
 	for b.Loop() {
 		i++
@@ -164,9 +168,10 @@ func BenchmarkRedisAdmitSettle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric((evalshaUsec(b, raw)-before)/float64(b.N), "server-µs/call")
 }
 
-// BenchmarkRedisAdmitSettleParallel is the same under concurrent callers
+// BenchmarkRedisAdmitSettleParallel is the same under 32 concurrent callers
 // (one workspace, so every script serialises on its keys as in production).
 func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
 	l := openRedis(b, 0)
@@ -174,6 +179,9 @@ func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
 	lim := limits.Limits{MaxInFlight: 1000, SpendCeilingCents: 1 << 40}
 	var seq atomic.Int64
 	b.ReportAllocs()
+	raw := rawRedis(b)
+	before := evalshaUsec(b, raw)
+	b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			id := fmt.Sprint("c", seq.Add(1))
@@ -188,6 +196,40 @@ func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
 			}
 		}
 	})
+	b.ReportMetric((evalshaUsec(b, raw)-before)/float64(b.N), "server-µs/call")
+}
+
+func rawRedis(tb testing.TB) *redis.Client {
+	opts, err := redis.ParseURL(pgtest.RedisURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// evalshaUsec is the time the server spent in EVALSHA so far (INFO
+// commandstats; other clients of the same server add to it): the scripts'
+// own cost, without the network or the event loop.
+func evalshaUsec(tb testing.TB, c *redis.Client) float64 {
+	s, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 func TestRoundTrips(t *testing.T) {

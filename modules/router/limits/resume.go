@@ -20,5 +20,5 @@ func Resume(l Limiter, workspace, callID string, requireCredits bool) (*Lease, e
 	if !ok {
 		return nil, fmt.Errorf("%w: limiter %T cannot resume leases", ErrInvalid, l)
 	}
-	return &Lease{ID: callID, Workspace: workspace, TTL: DefaultLeaseTTL, store: st, credits: requireCredits}, nil
+	return &Lease{ID: callID, Workspace: workspace, TTL: DefaultLeaseTTL, store: st, credits: requireCredits, resumed: true}, nil
 }

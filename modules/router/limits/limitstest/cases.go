@@ -140,6 +140,16 @@ var admissionCases = []testCase{
 		}
 		e.inspect(1, 7)
 	}},
+	{"DuplicateCallIDWhenFull", func(e *env) {
+		// The duplicate is reported even when a limit would refuse it.
+		lim := limits.Limits{MaxInFlight: 1}
+		e.admit("a", 7, lim)
+		_, err := e.Limiter.Admit(e.ctx, e.ws, limits.Call{ID: "a", Cents: 7}, lim)
+		if !errors.Is(err, limits.ErrDuplicateCall) {
+			e.t.Fatalf("second admit of a: %v, want ErrDuplicateCall", err)
+		}
+		e.inspect(1, 7)
+	}},
 	{"WorkspacesIsolated", func(e *env) {
 		lim := limits.Limits{MaxInFlight: 1, SpendCeilingCents: 10}
 		e.admit("a", 10, lim)

@@ -1,0 +1,276 @@
+package limits
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every operation of the Redis limiter goes through one pipeliner.
+// Operations that arrive while a pipeline is on the wire wait and then go
+// out together in the next one, as one script call per workspace
+// (opsScript): under load Redis and the gateway pay one write, one read and
+// one script call for many operations instead of one each, which is where
+// the limiter's CPU went. An idle pipeliner sends an operation at once from
+// the caller's own goroutine, so a lone call waits for nothing and changes
+// hands never.
+//
+// Pipelines go out one at a time and in arrival order, a workspace's
+// operations keep their order inside its script call, and Redis runs one
+// connection's commands in order: an operation queued before another on the
+// same workspace is executed before it. Callers rely on that (see
+// Lease.SettleOrdered).
+//
+// Whoever sends a pipeline (the leader) delivers its replies and then hands
+// the operations that queued meanwhile to the first of them, which sends
+// them as the next pipeline: every waiting caller is woken exactly once,
+// either with its reply or to lead, and no caller leads more than one
+// pipeline.
+
+// pipelineTimeout bounds one pipeline exchange. It is independent of the
+// callers' contexts: a pipeline carries other callers' operations, so one
+// caller's disconnect must not fail them.
+const pipelineTimeout = 10 * time.Second
+
+// maxOpsPerScript bounds one script call, and so how long it holds Redis.
+const maxOpsPerScript = 128
+
+// luaScript is a Lua script and its SHA-1 for EVALSHA. (redis.Script's
+// Load cannot be used in a pipeline: it takes the not yet executed
+// command's empty reply for the new digest.)
+type luaScript struct {
+	src, sha string
+}
+
+func newLuaScript(src string) *luaScript {
+	sum := sha1.Sum([]byte(src))
+	return &luaScript{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// keyRef in op.args stands for op.keys[keyRef]; it becomes the key's index
+// in the script call's KEYS when the call is built.
+type keyRef int
+
+// op is one limiter operation on one workspace and, once done, its reply.
+type op struct {
+	keyTag string   // the workspace's key prefix: <prefix>{tag}:
+	args   []any    // the operation's ARGV, kind first (see opsScript)
+	keys   []string // extra keys the args refer to by keyRef
+
+	reply any
+	err   error
+	// onDone, when set, is called with the result by the goroutine that
+	// delivers it, instead of anyone waiting on done. It must be quick.
+	onDone func(reply any, err error)
+	// batch is set when this op is woken to lead: the ops to send.
+	batch []*op
+	done  chan struct{}
+}
+
+type pipeliner struct {
+	client redis.UniversalClient
+	script *luaScript
+
+	mu    sync.Mutex
+	busy  bool // a pipeline is on the wire (or being handed over)
+	queue []*op
+}
+
+func newPipeliner(client redis.UniversalClient, script *luaScript) *pipeliner {
+	return &pipeliner{client: client, script: script}
+}
+
+// do runs o and returns its reply. The context bounds nothing once o is
+// queued (see pipelineTimeout); it is checked before.
+func (p *pipeliner) do(ctx context.Context, o *op) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o.done = make(chan struct{})
+	if p.enqueue(o) {
+		p.lead([]*op{o})
+		return o.reply, o.err
+	}
+	<-o.done
+	if o.batch != nil {
+		p.lead(o.batch)
+	}
+	return o.reply, o.err
+}
+
+// start queues o now, so that its place in the order is fixed when start
+// returns, and calls o.onDone with the result later, from another
+// goroutine. It never waits for Redis.
+func (p *pipeliner) start(o *op) {
+	o.done = make(chan struct{})
+	if p.enqueue(o) {
+		go p.lead([]*op{o})
+	}
+}
+
+// enqueue reports whether o must be sent now by its caller (nothing on the
+// wire); otherwise o waits in the queue.
+func (p *pipeliner) enqueue(o *op) (lead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy {
+		p.queue = append(p.queue, o)
+		return false
+	}
+	p.busy = true
+	return true
+}
+
+// lead sends batch, hands the queue on and delivers the replies.
+func (p *pipeliner) lead(batch []*op) {
+	p.send(batch)
+	p.mu.Lock()
+	next := p.queue
+	p.queue = nil
+	if len(next) == 0 {
+		p.busy = false
+	}
+	p.mu.Unlock()
+	if len(next) > 0 {
+		p.wakeToLead(next)
+	}
+	for i, o := range batch {
+		if i == 0 && o.batch != nil {
+			continue // woken to lead: its done is already closed
+		}
+		p.deliver(o)
+	}
+}
+
+// wakeToLead hands next to its first op's caller; an op whose caller does
+// not wait (started with onDone) has nobody to wake, so a goroutine leads.
+func (p *pipeliner) wakeToLead(next []*op) {
+	if next[0].onDone != nil {
+		go p.lead(next)
+		return
+	}
+	next[0].batch = next
+	close(next[0].done)
+}
+
+func (p *pipeliner) deliver(o *op) {
+	if o.onDone != nil {
+		o.onDone(o.reply, o.err)
+		return
+	}
+	close(o.done)
+}
+
+// call is one script call: a run of one workspace's ops.
+type call struct {
+	keyTag string
+	keys   []string
+	args   []any
+	ops    []*op
+	cmd    *redis.Cmd
+}
+
+// send runs batch as one pipeline: one script call per workspace (longer
+// runs split), in the order of each workspace's first op. Workspaces share
+// no keys, so only the order within a workspace matters, and it is kept.
+func (p *pipeliner) send(batch []*op) {
+	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+	defer cancel()
+	calls := group(batch)
+	p.exec(ctx, calls, false)
+	var retry []*call
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			retry = append(retry, c)
+		}
+	}
+	if len(retry) > 0 {
+		// Redis restarted or its script cache was flushed: load the script
+		// in front of the retried calls, in the same pipeline.
+		p.exec(ctx, retry, true)
+	}
+	for _, c := range calls {
+		scatter(c)
+	}
+}
+
+func (p *pipeliner) exec(ctx context.Context, calls []*call, load bool) {
+	pipe := p.client.Pipeline()
+	if load {
+		pipe.ScriptLoad(ctx, p.script.src)
+	}
+	for _, c := range calls {
+		c.cmd = pipe.EvalSha(ctx, p.script.sha, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+}
+
+// group builds the script calls for batch.
+func group(batch []*op) []*call {
+	var calls []*call
+	var last map[string]*call // built once there are many workspaces
+	for _, o := range batch {
+		var c *call // the last call of o's workspace
+		if last != nil {
+			c = last[o.keyTag]
+		} else {
+			for i := len(calls) - 1; i >= 0; i-- {
+				if calls[i].keyTag == o.keyTag {
+					c = calls[i]
+					break
+				}
+			}
+		}
+		if c == nil || len(c.ops) == maxOpsPerScript {
+			c = &call{keyTag: o.keyTag, keys: []string{o.keyTag + "leases", o.keyTag + "cost", o.keyTag + "credits"}}
+			calls = append(calls, c)
+			if last == nil && len(calls) > 16 {
+				last = make(map[string]*call, 2*len(calls))
+				for _, have := range calls {
+					last[have.keyTag] = have
+				}
+			}
+			if last != nil {
+				last[c.keyTag] = c
+			}
+		}
+		c.ops = append(c.ops, o)
+		for _, a := range o.args {
+			if r, ok := a.(keyRef); ok {
+				a = c.keyIndex(o.keys[r])
+			}
+			c.args = append(c.args, a)
+		}
+	}
+	return calls
+}
+
+// keyIndex returns k's 1-based index in c.keys, adding it if new.
+func (c *call) keyIndex(k string) int {
+	for i, have := range c.keys {
+		if have == k {
+			return i + 1
+		}
+	}
+	c.keys = append(c.keys, k)
+	return len(c.keys)
+}
+
+// scatter hands each op its element of the call's reply.
+func scatter(c *call) {
+	res, err := c.cmd.Slice()
+	if err == nil && len(res) != len(c.ops) {
+		err = unexpected(res)
+	}
+	for i, o := range c.ops {
+		if err != nil {
+			o.err = err
+			continue
+		}
+		o.reply = res[i]
+	}
+}

@@ -1,0 +1,230 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/comfygate/comfygate/storage/pgtest"
+)
+
+// testRedis is a Redis limiter whose script is a copy no server has cached
+// yet, so its first calls meet NOSCRIPT without flushing the shared
+// server's script cache.
+func testRedis(t *testing.T, ttl time.Duration) *Redis {
+	t.Helper()
+	opts, err := redis.ParseURL(pgtest.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	r, err := NewRedis(c, pgtest.KeyPrefix(t), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pipe = newPipeliner(c, newLuaScript(fmt.Sprintf("%s\n-- %d", opsScriptSrc, time.Now().UnixNano())))
+	return r
+}
+
+// TestPipelinerRepliesMatchCalls: many concurrent callers on several
+// workspaces, the first of them meeting NOSCRIPT; each gets its own reply.
+func TestPipelinerRepliesMatchCalls(t *testing.T) {
+	r := testRedis(t, 0)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ws := fmt.Sprint("ws", g%3)
+			for i := range 40 {
+				id := fmt.Sprintf("%d-%d", g, i)
+				l, err := r.Admit(ctx, ws, Call{ID: id, Cents: int64(g)}, Limits{})
+				if err != nil {
+					t.Errorf("admit %s: %v", id, err)
+					return
+				}
+				if l.ID != id || l.InFlight < 1 || l.CommittedCents < int64(g) {
+					t.Errorf("lease %+v for call %s (%d cents)", l, id, g)
+				}
+				if err := l.Settle(ctx, 0); err != nil {
+					t.Errorf("settle %s: %v", id, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for ws := range 3 {
+		if n, cents, err := r.Inspect(ctx, fmt.Sprint("ws", ws)); err != nil || n != 0 || cents != 0 {
+			t.Errorf("ws%d: %d in flight, %d cents (%v), want 0, 0", ws, n, cents, err)
+		}
+	}
+}
+
+// TestScriptCallRunsOpsInOrder sends one batch whose operations depend on
+// each other in one workspace, interleaved with another workspace's: every
+// reply is what the operations would have answered one by one.
+func TestScriptCallRunsOpsInOrder(t *testing.T) {
+	r := testRedis(t, 0)
+	lim := Limits{MaxInFlight: 2, SpendCeilingCents: 10}
+	one := func(id string, cents int64) *op { return r.admitOp("one", Call{ID: id, Cents: cents}, lim) }
+	a, b := &Lease{ID: "a", Workspace: "one", Cents: 4}, &Lease{ID: "b", Workspace: "one", resumed: true}
+	batch := []*op{
+		one("a", 4), // admitted: 1 call, 4 cents
+		r.admitOp("two", Call{ID: "x", Cents: 9}, lim), // other workspace
+		one("a", 1),      // duplicate
+		one("b", 5),      // admitted: 2 calls, 9 cents
+		one("c", 1),      // refused: 2 in flight
+		r.settleOp(a, 0), // 1 call, 5 cents
+		one("d", 6),      // refused: 5 + 6 > 10
+		one("e", 5),      // admitted: 2 calls, 10 cents
+		{keyTag: r.keyTag("one"), args: []any{"I"}}, // 2, 10
+		r.settleOp(b, 0), // 1 call, 5 cents
+		{keyTag: r.keyTag("one"), args: []any{"H", "b", r.ttl.Milliseconds()}}, // b is gone
+		{keyTag: r.keyTag("one"), args: []any{"H", "e", r.ttl.Milliseconds()}}, // e lives
+		one("f", 5), // admitted: 2 calls, 10 cents
+	}
+	for _, o := range batch {
+		o.done = make(chan struct{})
+	}
+	r.pipe.send(batch)
+	for i, o := range batch {
+		if o.err != nil {
+			t.Fatalf("op %d: %v", i, o.err)
+		}
+	}
+	admit := func(i int, id string, cents int64) (*Lease, error) {
+		return r.admitted("one", Call{ID: id, Cents: cents}, lim, batch[i].reply)
+	}
+	wantLease := func(i int, id string, cents int64, n int, committed int64) {
+		t.Helper()
+		l, err := admit(i, id, cents)
+		if err != nil || l.InFlight != n || l.CommittedCents != committed {
+			t.Errorf("op %d (%s): %+v %v, want %d in flight, %d cents", i, id, l, err, n, committed)
+		}
+	}
+	wantRefusal := func(i int, id string, reason Reason, current int64) {
+		t.Helper()
+		_, err := admit(i, id, 1)
+		var ref *Refusal
+		if !errors.As(err, &ref) || ref.Reason != reason || ref.Current != current {
+			t.Errorf("op %d (%s): %v, want %s refusal at %d", i, id, err, reason, current)
+		}
+	}
+	wantLease(0, "a", 4, 1, 4)
+	if l, err := r.admitted("two", Call{ID: "x", Cents: 9}, lim, batch[1].reply); err != nil || l.InFlight != 1 || l.CommittedCents != 9 {
+		t.Errorf("other workspace: %+v %v", l, err)
+	}
+	if _, err := admit(2, "a", 1); !errors.Is(err, ErrDuplicateCall) {
+		t.Errorf("duplicate: %v", err)
+	}
+	wantLease(3, "b", 5, 2, 9)
+	wantRefusal(4, "c", ReasonInFlight, 2)
+	wantRefusal(6, "d", ReasonSpend, 5)
+	wantLease(7, "e", 5, 2, 10)
+	if got := fmt.Sprint(batch[8].reply); got != "[2 10]" {
+		t.Errorf("inspect: %s, want [2 10]", got)
+	}
+	if batch[10].reply != int64(0) || batch[11].reply != int64(1) {
+		t.Errorf("heartbeats: %v %v, want 0 1", batch[10].reply, batch[11].reply)
+	}
+	wantLease(12, "f", 5, 2, 10)
+	n, cents, err := r.Inspect(context.Background(), "one")
+	if err != nil || n != 2 || cents != 10 {
+		t.Errorf("after the batch: %d calls, %d cents (%v), want 2, 10", n, cents, err)
+	}
+}
+
+// TestSettleOrderedFreesTheSlotForTheNextCall: with one call allowed in
+// flight, a call admitted right after the previous one's SettleOrdered
+// returned is never refused, however busy the pipeline is.
+func TestSettleOrderedFreesTheSlotForTheNextCall(t *testing.T) {
+	r := testRedis(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for g := range 8 { // keep pipelines on the wire
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, _, err := r.Inspect(context.Background(), fmt.Sprint("busy", g)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	lim := Limits{MaxInFlight: 1}
+	settled := make(chan error, 1000)
+	for i := range 500 {
+		l, err := r.Admit(ctx, "serial", Call{ID: fmt.Sprint(i), Cents: 1}, lim)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		l.SettleOrdered(0, func(err error) { settled <- err })
+	}
+	cancel()
+	wg.Wait()
+	for range 500 {
+		if err := <-settled; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _, err := r.Inspect(context.Background(), "serial"); err != nil || n != 0 {
+		t.Fatalf("%d in flight (%v) after every settle", n, err)
+	}
+}
+
+// TestPipelinerCancelledContext: an operation whose context already ended
+// is not sent.
+func TestPipelinerCancelledContext(t *testing.T) {
+	r := testRedis(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.Admit(ctx, "ws", Call{ID: "a", Cents: 1}, Limits{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+// TestGroupKeepsEachWorkspacesOrder: one script call per workspace run,
+// split at maxOpsPerScript, every workspace's ops in their order, with few
+// and with many workspaces.
+func TestGroupKeepsEachWorkspacesOrder(t *testing.T) {
+	for _, workspaces := range []int{1, 3, 40} {
+		var batch []*op
+		for i := range 3*maxOpsPerScript + 7 {
+			tag := fmt.Sprintf("p{ws%d}:", (i*7)%workspaces)
+			batch = append(batch, &op{keyTag: tag, args: []any{"S", fmt.Sprint(i), -1, 0, 0, 0}})
+		}
+		calls := group(batch)
+		next := map[string]int{} // position in batch of the last op seen per workspace
+		seen := 0
+		for _, c := range calls {
+			if len(c.ops) == 0 || len(c.ops) > maxOpsPerScript || len(c.args) != 6*len(c.ops) {
+				t.Fatalf("%d workspaces: call with %d ops, %d args", workspaces, len(c.ops), len(c.args))
+			}
+			for _, o := range c.ops {
+				if o.keyTag != c.keyTag {
+					t.Fatalf("op of %s in the call of %s", o.keyTag, c.keyTag)
+				}
+				pos := 0
+				fmt.Sscan(o.args[1].(string), &pos)
+				if last, ok := next[o.keyTag]; ok && pos <= last {
+					t.Fatalf("%s: op %d after op %d", o.keyTag, pos, last)
+				}
+				next[o.keyTag] = pos
+				seen++
+			}
+		}
+		if seen != len(batch) {
+			t.Fatalf("%d of %d ops grouped", seen, len(batch))
+		}
+	}
+}
