@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -191,4 +192,43 @@ func TestKilledGatewayFreesLeases(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestNextCallNeverMeetsThePreviousLease: a client that waits for each
+// answer before sending its next call is never refused, even with one call
+// allowed in flight and its whole spend ceiling taken by one call: the
+// previous call's lease is released before its answer is written. Another
+// workspace keeps the limiter busy meanwhile, so releases and admissions
+// share pipelines.
+func TestNextCallNeverMeetsThePreviousLease(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			peer := partner.NewSyncJSON(t)
+			models := []model{{ID: "acme/one", Adapter: "http", Upstream: peer.URL, Credential: partner.DefaultSecret, Price: 7, Deadline: "20s"}}
+			g := startRouter(t, b, models, "max_in_flight 1\n\t\t\tspend_ceiling_cents 7")
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tok := token(t, claims{ws: fmt.Sprintf("ws-noise-%d-%s", i, b.name)})
+					for ctx.Err() == nil {
+						_, _ = send(ctx, http.MethodPost, g.URL+"/v1/models/acme/one", tok, prompt, nil)
+					}
+				}()
+			}
+			tok := token(t, claims{ws: "ws-serial-" + b.name})
+			for i := range 300 {
+				r, err := send(context.Background(), http.MethodPost, g.URL+"/v1/models/acme/one", tok, prompt, nil)
+				if err != nil || r.Status != 200 {
+					cancel()
+					wg.Wait()
+					t.Fatalf("call %d: %v %d %s", i, err, r.Status, r.Body)
+				}
+			}
+			cancel()
+			wg.Wait()
+		})
+	}
 }

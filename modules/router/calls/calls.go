@@ -8,7 +8,9 @@
 //     contexts detached from the client (context.WithoutCancel), so a client
 //     that disconnects can neither leak a lease nor skip a charge;
 //   - spend is settled when the provider finishes, not when the answer is
-//     delivered;
+//     delivered; the settle is ordered before the answer is written, so the
+//     caller's next call through this gateway never meets the previous
+//     call's lease;
 //   - an answered call with an Idempotency-Key is recorded and replayed, and
 //     a replay is never charged;
 //   - a refusal before dispatch releases the key.

@@ -105,15 +105,12 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	if out.Billable {
 		charged = m.PriceCents
 	}
-	// The provider has finished: settle now, off the response path (one
-	// Redis round trip the caller need not wait for). The lease stays
-	// counted until the settle lands, which only errs on the safe side.
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		stopKeep()
-		s.settle(detached, lease, charged)
-	}()
+	// The provider has finished: settle before the answer is written. The
+	// settle is ordered, not awaited: once SettleOrdered returns, any later
+	// admission through this gateway runs after it, so the caller's next
+	// call never finds this one still holding its slot or its cents.
+	stopKeep()
+	s.settleOrdered(lease, charged)
 	bucket, status := out.Bucket, out.Status
 	if ctx.Err() != nil {
 		bucket, status = BucketClientDisconnected, 499
@@ -292,6 +289,22 @@ func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64
 		}
 	}
 	s.log.Warn("router: settling a lease failed; it expires on its own", zap.String("request_id", lease.ID), zap.Error(err))
+}
+
+// settleOrdered releases the lease with Lease.SettleOrdered; a failure is
+// retried in the background like settle.
+func (s *Service) settleOrdered(lease *limits.Lease, charged int64) {
+	s.bg.Add(1)
+	lease.SettleOrdered(charged, func(err error) {
+		if err == nil {
+			s.bg.Done()
+			return
+		}
+		go func() {
+			defer s.bg.Done()
+			s.settle(context.Background(), lease, charged)
+		}()
+	})
 }
 
 // record writes the call's final state: an update for keyed calls (created

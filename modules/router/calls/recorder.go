@@ -25,9 +25,9 @@ const (
 	recorderQueue   = 8192
 	recorderWorkers = 2
 	recorderBatch   = 256
-	// recorderLinger is how long a worker waits for more records before
-	// writing a batch: bounded staleness of the audit trail in exchange for
-	// one database round trip per batch instead of per call.
+	// recorderLinger is how long a batch gathers records after its first
+	// one before it is written: bounded staleness of the audit trail in
+	// exchange for one database round trip per batch instead of per call.
 	recorderLinger = 20 * time.Millisecond
 	// recorderBackoffMin and recorderBackoffMax pace retries of a failed
 	// batch write.
@@ -35,20 +35,26 @@ const (
 	recorderBackoffMax = 5 * time.Second
 )
 
+// recorder queues records under a mutex rather than in a channel: a
+// channel send wakes a waiting writer for every record, while here only
+// the first record of a batch does (a goroutine wake-up per call is
+// measurable next to the call itself).
 type recorder struct {
-	mu     sync.RWMutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	pending []storage.RouterCall // records not yet taken by a writer
 	// closing is closed when close starts: retries stop waiting and make
-	// their last attempt.
+	// their last attempt, writers take what is left.
 	closing chan struct{}
-	ch      chan storage.RouterCall
-	wg      sync.WaitGroup
-	write   func(ctx context.Context, recs []storage.RouterCall) error
-	log     *zap.Logger
+	// wake tells the writers that pending went from empty to not empty.
+	wake  chan struct{}
+	wg    sync.WaitGroup
+	write func(ctx context.Context, recs []storage.RouterCall) error
+	log   *zap.Logger
 }
 
 func newRecorder(write func(context.Context, []storage.RouterCall) error, log *zap.Logger) *recorder {
-	r := &recorder{ch: make(chan storage.RouterCall, recorderQueue), closing: make(chan struct{}), write: write, log: log}
+	r := &recorder{closing: make(chan struct{}), wake: make(chan struct{}, recorderWorkers), write: write, log: log}
 	for range recorderWorkers {
 		r.wg.Add(1)
 		go r.run()
@@ -56,31 +62,63 @@ func newRecorder(write func(context.Context, []storage.RouterCall) error, log *z
 	return r
 }
 
-// run writes queued records in batches of up to recorderBatch, waiting at
-// most recorderLinger after the first one for others to join.
+// run writes pending records in batches of up to recorderBatch, each
+// gathered for recorderLinger after a wake-up; after close it writes what
+// is left and returns.
 func (r *recorder) run() {
 	defer r.wg.Done()
-	batch := make([]storage.RouterCall, 0, recorderBatch)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
-	for rec := range r.ch {
-		batch = append(batch[:0], rec)
-		linger.Reset(recorderLinger)
-	fill:
-		for len(batch) < recorderBatch {
+	for {
+		select {
+		case <-r.wake:
+			linger.Reset(recorderLinger)
 			select {
-			case more, ok := <-r.ch:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, more)
 			case <-linger.C:
-				break fill
+			case <-r.closing:
+				linger.Stop()
+			}
+		case <-r.closing:
+		}
+		for {
+			batch, more := r.take()
+			if len(batch) == 0 {
+				break
+			}
+			r.writeRetrying(batch)
+			if !more {
+				break
 			}
 		}
-		linger.Stop()
-		r.writeRetrying(batch)
+		select {
+		case <-r.closing:
+			r.mu.Lock()
+			left := len(r.pending)
+			r.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		default:
+		}
 	}
+}
+
+// take removes up to recorderBatch pending records; more reports that some
+// are left, and then another writer is woken for them.
+func (r *recorder) take() (batch []storage.RouterCall, more bool) {
+	r.mu.Lock()
+	n := min(len(r.pending), recorderBatch)
+	batch = append([]storage.RouterCall(nil), r.pending[:n]...)
+	r.pending = append(r.pending[:0], r.pending[n:]...)
+	more = len(r.pending) > 0
+	r.mu.Unlock()
+	if more {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	return batch, more
 }
 
 // writeRetrying writes recs, retrying a failure with capped exponential
@@ -129,26 +167,29 @@ func (r *recorder) writeLogged(recs []storage.RouterCall) {
 // enqueue hands rec to the writers, or writes it now when the queue is full
 // or closed.
 func (r *recorder) enqueue(rec storage.RouterCall) {
-	r.mu.RLock()
-	if !r.closed {
-		select {
-		case r.ch <- rec:
-			r.mu.RUnlock()
-			return
-		default:
+	r.mu.Lock()
+	if !r.closed && len(r.pending) < recorderQueue {
+		r.pending = append(r.pending, rec)
+		first := len(r.pending) == 1
+		r.mu.Unlock()
+		if first {
+			select {
+			case r.wake <- struct{}{}:
+			default: // a wake-up is already waiting
+			}
 		}
+		return
 	}
-	r.mu.RUnlock()
+	r.mu.Unlock()
 	r.writeLogged([]storage.RouterCall{rec})
 }
 
-// close drains the queue and stops the writers.
+// close writes what is queued and stops the writers.
 func (r *recorder) close() {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
 		close(r.closing)
-		close(r.ch)
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
