@@ -1,9 +1,11 @@
 package jwtauth
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,11 +30,13 @@ type Claims struct {
 	Enabled      bool
 }
 
-// Verifier checks router JWTs. It is immutable and safe for concurrent use.
+// Verifier checks router JWTs. Its configuration is immutable and it is
+// safe for concurrent use; it remembers verified tokens (see cache.go).
 type Verifier struct {
 	cfg     Config
 	keys    []*key
 	methods []string
+	cache   tokenCache
 }
 
 // New builds a Verifier. readFile reads pem_file, secret_file and jwks_file
@@ -80,7 +84,8 @@ func unauthorized(reason string, args ...any) error {
 }
 
 // Verify checks token at time now and extracts the caller. Errors are
-// ErrUnauthorized or ErrNotEnabled (test with errors.Is).
+// ErrUnauthorized or ErrNotEnabled (test with errors.Is). The returned
+// Claims may be shared with other calls: do not modify them.
 func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 	if token == "" {
 		return Claims{}, unauthorized("no token")
@@ -88,6 +93,31 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 	if len(token) > MaxTokenLen {
 		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenLen)
 	}
+	opts := v.options(now)
+	sum := sha256.Sum256([]byte(token))
+	if hit := v.cache.get(sum); hit != nil {
+		if err := jwt.NewValidator(opts...).Validate(hit.mc); err != nil {
+			v.cache.drop(sum)
+			return Claims{}, unauthorized("%v", err)
+		}
+		return hit.claims, hit.err
+	}
+	mc := jwt.MapClaims{}
+	if _, err := jwt.NewParser(opts...).ParseWithClaims(token, mc, v.keyFor); err != nil {
+		// golang-jwt's messages name the failed check, never the token.
+		return Claims{}, unauthorized("%v", err)
+	}
+	c, err := v.extract(mc)
+	if err == nil || errors.Is(err, ErrNotEnabled) {
+		c.Entitlements = slices.Clip(c.Entitlements) // shared by every hit
+		v.cache.put(sum, &verified{mc: mc, claims: c, err: err})
+	}
+	return c, err
+}
+
+// options are the parser's checks at time now; a remembered token's claims
+// go through the same ones.
+func (v *Verifier) options(now time.Time) []jwt.ParserOption {
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(v.methods),
 		jwt.WithExpirationRequired(),
@@ -100,12 +130,7 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 	if v.cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(v.cfg.Audience))
 	}
-	mc := jwt.MapClaims{}
-	if _, err := jwt.NewParser(opts...).ParseWithClaims(token, mc, v.keyFor); err != nil {
-		// golang-jwt's messages name the failed check, never the token.
-		return Claims{}, unauthorized("%v", err)
-	}
-	return v.extract(mc)
+	return opts
 }
 
 // keyFor picks the keys pinned to the token's algorithm, narrowed by kid:
