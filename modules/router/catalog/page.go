@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -65,6 +66,12 @@ func (a Audience) Sees(m *Model) bool {
 	}
 	_, ok := a.groups[m.Entitlement]
 	return ok
+}
+
+// Allows is Sees for a caller's raw entitlements, without building an
+// Audience (which hashes them for cursors): the check a single call needs.
+func Allows(entitlements []string, m *Model) bool {
+	return m.Entitlement == "" || slices.Contains(entitlements, m.Entitlement)
 }
 
 // Page is one page of the catalog as the contract's RouterModelListResponse

@@ -275,3 +275,16 @@ func TestSuggest(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowsMatchesSees: the per-call check agrees with the audience's.
+func TestAllowsMatchesSees(t *testing.T) {
+	models := []*Model{{ID: "a/open"}, {ID: "a/beta", Entitlement: "beta"}, {ID: "a/vip", Entitlement: "vip"}}
+	for _, ents := range [][]string{nil, {}, {""}, {"beta"}, {"vip", "beta", "beta"}, {"other"}} {
+		aud := NewAudience(ents)
+		for _, m := range models {
+			if got, want := Allows(ents, m), aud.Sees(m); got != want {
+				t.Errorf("entitlements %q, model %s: Allows %v, Sees %v", ents, m.ID, got, want)
+			}
+		}
+	}
+}

@@ -36,10 +36,11 @@ var processBudget = newByteBudget(DefaultResponseBudget)
 // bounds bytes being received at once, which is where concurrent huge
 // answers pile up.
 type byteBudget struct {
-	mu    sync.Mutex
-	limit int64
-	used  int64
-	freed chan struct{} // closed and replaced on every release
+	mu      sync.Mutex
+	limit   int64
+	used    int64
+	waiters int           // acquires waiting for room
+	freed   chan struct{} // closed and replaced on a release that someone waits for
 }
 
 func newByteBudget(limit int64) *byteBudget {
@@ -60,18 +61,26 @@ func (b *byteBudget) acquire(ctx context.Context, n int64, wait time.Duration) e
 			return nil
 		}
 		freed := b.freed
+		b.waiters++
 		b.mu.Unlock()
 		if timeout == nil {
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			timeout = t.C
 		}
+		var err error
 		select {
 		case <-freed:
 		case <-timeout:
-			return fmt.Errorf("%w: %d bytes wanted, budget of %d full", ErrResponseBudget, n, b.limit)
+			err = fmt.Errorf("%w: %d bytes wanted, budget of %d full", ErrResponseBudget, n, b.limit)
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -82,8 +91,10 @@ func (b *byteBudget) release(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.waiters > 0 {
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
 	b.mu.Unlock()
 }
 

@@ -181,20 +181,20 @@ type Answer struct {
 // Do sends one request to rawURL with the model's credential and reads the
 // answer (bounded). Client headers in `in` are filtered by outboundHeader.
 func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (*Answer, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("provider: bad upstream url: %w", err)
-	}
-	if u.Scheme != "https" && !(u.Scheme == "http" && c.opts.AllowInsecure) {
-		return nil, fmt.Errorf("%w: %s", ErrInsecureScheme, u.Scheme)
-	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	req, err := http.NewRequestWithContext(ctx, method, rawURL, rd) // parses rawURL, once
 	if err != nil {
-		return nil, fmt.Errorf("provider: build request: %w", err)
+		return nil, fmt.Errorf("provider: bad upstream url: %w", err)
+	}
+	u := req.URL
+	if u.Host == "" {
+		return nil, errors.New("provider: bad upstream url: no host")
+	}
+	if u.Scheme != "https" && !(u.Scheme == "http" && c.opts.AllowInsecure) {
+		return nil, fmt.Errorf("%w: %s", ErrInsecureScheme, u.Scheme)
 	}
 	if body != nil {
 		req.Header = outboundHeader(in, m)
