@@ -90,9 +90,26 @@ http://:%d {
 			t.Fatalf("%s: %v", tg.name, err)
 		}
 	}
+	if path := os.Getenv("ROUTER_BENCH_ALLOCS"); path != "" {
+		// Allocation profiles of the gateway before and after 3 s of (c) at
+		// c=32: go tool pprof -sample_index=alloc_space -base path.0 path.1
+		for i := range 2 {
+			if i == 1 {
+				_, _, _ = load(hc, targets[2].url, targets[2].hdr, 32, 3*time.Second)
+			}
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/allocs", adminPort))
+			if err != nil {
+				t.Fatalf("allocs profile: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			_ = os.WriteFile(fmt.Sprintf("%s.%d", path, i), b, 0o644)
+		}
+	}
 	if path := os.Getenv("ROUTER_BENCH_PROFILE"); path != "" {
 		// A CPU profile of the gateway under (c) at c=32 (c=1 with
-		// ROUTER_BENCH_PROFILE_C1 set), for go tool pprof.
+		// ROUTER_BENCH_PROFILE_C1 set; (b) with ROUTER_BENCH_PROFILE_B), for
+		// go tool pprof.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -109,13 +126,26 @@ http://:%d {
 		if os.Getenv("ROUTER_BENCH_PROFILE_C1") != "" {
 			c = 1
 		}
-		_, _, _ = load(hc, targets[2].url, targets[2].hdr, c, 5*time.Second)
+		target := 2
+		if os.Getenv("ROUTER_BENCH_PROFILE_B") != "" { // Caddy's reverse_proxy instead, to compare
+			target = 1
+		}
+		_, _, _ = load(hc, targets[target].url, targets[target].hdr, c, 5*time.Second)
 		<-done
 	}
 	const rounds = 3
 	p50 := make([][]time.Duration, len(targets))
 	p99 := make([][]time.Duration, len(targets))
 	rps := make([][]float64, len(targets))
+	groups := benchGroups(g.Dir)
+	// cpu[i][j]: CPU µs per request of group j (the last: whole machine)
+	// under target i at c=32, one value per round.
+	cpu := make([][][]float64, len(targets))
+	for i := range cpu {
+		cpu[i] = make([][]float64, len(groups)+1)
+	}
+	// Per (c) request at c=32: EVALSHAs, and the µs Redis spent in them.
+	var scriptCalls, scriptUsec []float64
 	for range rounds { // interleaved rounds, median of the rounds
 		for i, tg := range targets {
 			lat, _, err := load(hc, tg.url, tg.hdr, 1, 2*time.Second)
@@ -124,9 +154,19 @@ http://:%d {
 			}
 			p50[i] = append(p50[i], pct(lat, 50))
 			p99[i] = append(p99[i], pct(lat, 99))
-			_, r, err := load(hc, tg.url, tg.hdr, 32, 2*time.Second)
+			before, rs := sampleCPU(groups), redisScriptStats(t)
+			lat, r, err := load(hc, tg.url, tg.hdr, 32, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
+			}
+			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
+			if i == 2 {
+				after := redisScriptStats(t)
+				scriptCalls = append(scriptCalls, (after.calls-rs.calls)/float64(len(lat)))
+				scriptUsec = append(scriptUsec, (after.usec-rs.usec)/float64(len(lat)))
+			}
+			for j, v := range append(per, machine) {
+				cpu[i][j] = append(cpu[i][j], v)
 			}
 			rps[i] = append(rps[i], r)
 		}
@@ -141,8 +181,22 @@ http://:%d {
 		fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
 			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
 	}
-	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v; Redis round trips per admitted call = %d (Admit + Settle; +1 per lease_ttl/3 a call lasts)\n",
+	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them (below)\n",
 		medf(rps[2])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond), limits.RoundTrips(0, 0))
+	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
+	for _, gr := range groups {
+		fmt.Fprintf(&out, " %s |", gr.name)
+	}
+	fmt.Fprintf(&out, " machine |\n|---|%s\n", strings.Repeat("---|", len(groups)+1))
+	for i, tg := range targets {
+		fmt.Fprintf(&out, "| %s |", tg.name)
+		for j := range cpu[i] {
+			fmt.Fprintf(&out, " %.0f |", medf(cpu[i][j]))
+		}
+		out.WriteString("\n")
+	}
+	fmt.Fprintf(&out, "(c) at c=32: %.2f EVALSHA per request (one workspace: that is also Redis round trips per request), %.1f µs of Redis time in them per request (INFO commandstats; any other client of the server adds to both)\n",
+		medf(scriptCalls), medf(scriptUsec))
 	t.Log(out.String())
 	l := g2limiter(t, prefix)
 	eventually(t, 10*time.Second, "limiter counters back to zero", func() bool {
