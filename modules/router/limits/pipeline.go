@@ -40,8 +40,9 @@ const pipelineTimeout = 10 * time.Second
 const maxOpsPerScript = 128
 
 // luaScript is a Lua script and its SHA-1 for EVALSHA. (redis.Script's
-// Load cannot be used in a pipeline: it takes the not yet executed
-// command's empty reply for the new digest.)
+// Load and Run cannot be used in a pipeline: Load takes the not yet
+// executed command's empty reply for the new digest, Run's EVAL fallback
+// needs the EVALSHA's reply first.)
 type luaScript struct {
 	src, sha string
 }
@@ -189,8 +190,12 @@ func (p *pipeliner) send(batch []*op) {
 		}
 	}
 	if len(retry) > 0 {
-		// Redis restarted or its script cache was flushed: load the script
-		// in front of the retried calls, in the same pipeline.
+		// Redis restarted or its script cache was flushed: send the retried
+		// calls as EVAL, which caches the script on the server that runs
+		// each of them (with a cluster, the node owning its keys). Only a
+		// workspace with more than maxOpsPerScript queued operations, whose
+		// calls straddle another client reloading the script, could see
+		// its second call run before its first.
 		p.exec(ctx, retry, true)
 	}
 	for _, c := range calls {
@@ -198,13 +203,14 @@ func (p *pipeliner) send(batch []*op) {
 	}
 }
 
-func (p *pipeliner) exec(ctx context.Context, calls []*call, load bool) {
+func (p *pipeliner) exec(ctx context.Context, calls []*call, eval bool) {
 	pipe := p.client.Pipeline()
-	if load {
-		pipe.ScriptLoad(ctx, p.script.src)
-	}
 	for _, c := range calls {
-		c.cmd = pipe.EvalSha(ctx, p.script.sha, c.keys, c.args...)
+		if eval {
+			c.cmd = pipe.Eval(ctx, p.script.src, c.keys, c.args...)
+		} else {
+			c.cmd = pipe.EvalSha(ctx, p.script.sha, c.keys, c.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 }
