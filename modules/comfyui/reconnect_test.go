@@ -63,7 +63,7 @@ func TestUnansweredPingReconnects(t *testing.T) {
 	}
 	pool.Start()
 	defer pool.Close()
-	waitFor(t, "the first socket", func() bool { return peer.Stats().Sockets == 1 })
+	eventually(t, "the first socket", func() bool { return peer.Stats().Sockets == 1 })
 
 	// Twenty ping periods on a healthy link: still the first socket.
 	time.Sleep(time.Second)
@@ -72,18 +72,7 @@ func TestUnansweredPingReconnects(t *testing.T) {
 	}
 
 	link.silenceOpenConnections()
-	waitFor(t, "a new socket after the link went silent", func() bool { return peer.Stats().Sockets >= 2 })
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, "a new socket after the link went silent", func() bool { return peer.Stats().Sockets >= 2 })
 }
 
 // blackholeProxy forwards TCP connections to target and can silence the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -96,9 +97,19 @@ func ReadEvents(t testing.TB, url string, timeout time.Duration) []SSEEvent {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	events, err := ParseEvents(resp.Body, nil)
+	if err != nil {
+		t.Fatalf("reading events: %v (got %d)", err, len(events))
+	}
+	return events
+}
+
+// ParseEvents reads server-sent events from r until it ends, calling
+// onEvent (if set) as each one completes. Data must be JSON objects.
+func ParseEvents(r io.Reader, onEvent func(SSEEvent)) ([]SSEEvent, error) {
 	var events []SSEEvent
 	var cur SSEEvent
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -107,17 +118,17 @@ func ReadEvents(t testing.TB, url string, timeout time.Duration) []SSEEvent {
 			cur.Name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.Data); err != nil {
-				t.Fatalf("event data is not a JSON object: %q", line)
+				return events, fmt.Errorf("event data is not a JSON object: %q", line)
 			}
 		case line == "" && cur.Name != "":
 			events = append(events, cur)
+			if onEvent != nil {
+				onEvent(cur)
+			}
 			cur = SSEEvent{}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("reading events: %v (got %d)", err, len(events))
-	}
-	return events
+	return events, sc.Err()
 }
 
 // GradientPNG is a deterministic size×size RGB test image: pixel (x, y) is

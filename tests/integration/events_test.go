@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -127,28 +126,14 @@ func readStream(t *testing.T, url string, opened chan<- struct{}) []gateway.SSEE
 	if !resp.Close {
 		t.Errorf("an event stream must announce Connection: close (its connection ends with it)")
 	}
-	var events []gateway.SSEEvent
-	var cur gateway.SSEEvent
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			cur.Name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.Data); err != nil {
-				t.Errorf("event data: %v in %q", err, line)
-			}
-		case line == "" && cur.Name != "":
-			events = append(events, cur)
-			if len(events) == 1 && opened != nil {
-				opened <- struct{}{}
-			}
-			cur = gateway.SSEEvent{}
+	first := true
+	events, err := gateway.ParseEvents(resp.Body, func(gateway.SSEEvent) {
+		if first && opened != nil {
+			opened <- struct{}{}
 		}
-	}
-	if err := sc.Err(); err != nil {
+		first = false
+	})
+	if err != nil {
 		t.Errorf("reading events: %v after %v", err, names(events))
 	}
 	return events
