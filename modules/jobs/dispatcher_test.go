@@ -338,14 +338,7 @@ func (l *lostExecutor) Execute(ctx context.Context, run *Run) error {
 func TestDispatcherWorkerLost(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	_, pngBytes := testPNG(t)
-	e.addAsset(t, "acct", "a.png", pngBytes)
-	j, err := e.svc.Submit(ctx, "acct", submitBody(t, invertGraph("a.png")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := e.hub.Subscribe(j.ID)
-	defer sub.Cancel()
+	j, sub := e.submitWatchedInvert(t)
 	exec := &lostExecutor{catalog: e.exec.Catalog}
 	const maxAttempts = 3
 	stop := startDispatcher(t, e, exec, maxAttempts)
@@ -392,14 +385,7 @@ func (p *progressExecutor) Execute(ctx context.Context, run *Run) error {
 func TestDispatcherProgressStoredLatest(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	_, pngBytes := testPNG(t)
-	e.addAsset(t, "acct", "a.png", pngBytes)
-	j, err := e.svc.Submit(ctx, "acct", submitBody(t, invertGraph("a.png")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := e.hub.Subscribe(j.ID)
-	defer sub.Cancel()
+	j, sub := e.submitWatchedInvert(t)
 	// Repeated snapshots of one node are throttled; each new node is kept.
 	exec := &progressExecutor{catalog: e.exec.Catalog, steps: []int{1, 1, 1, 2, 3, 3, 4}}
 	stop := startDispatcher(t, e, exec, 3)

@@ -59,6 +59,22 @@ func newEnv(t *testing.T) *env {
 	return &env{store: st, blobs: blobs, hub: hub, exec: exec, svc: svc}
 }
 
+// submitWatchedInvert stores a PNG as acct's "a.png", submits the invert
+// workflow over it and subscribes to the job's events (cancelled at the
+// end of the test).
+func (e *env) submitWatchedInvert(t *testing.T) (storage.Job, *bus.Subscription) {
+	t.Helper()
+	_, pngBytes := testPNG(t)
+	e.addAsset(t, "acct", "a.png", pngBytes)
+	j, err := e.svc.Submit(context.Background(), "acct", submitBody(t, invertGraph("a.png")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := e.hub.Subscribe(j.ID)
+	t.Cleanup(sub.Cancel)
+	return j, sub
+}
+
 // addAsset stores data as an asset of account at filePath.
 func (e *env) addAsset(t *testing.T, account, filePath string, data []byte) storage.Asset {
 	t.Helper()

@@ -212,14 +212,7 @@ func TestSubmitQueueFull(t *testing.T) {
 func TestCancel(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	_, pngBytes := testPNG(t)
-	e.addAsset(t, "acct", "a.png", pngBytes)
-	j, err := e.svc.Submit(ctx, "acct", submitBody(t, invertGraph("a.png")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := e.hub.Subscribe(j.ID)
-	defer sub.Cancel()
+	j, sub := e.submitWatchedInvert(t)
 
 	got, err := e.svc.Cancel(ctx, "acct", j.ID)
 	if err != nil || got.Status != storage.JobCanceled {
