@@ -144,41 +144,6 @@ func requireBench(t *testing.T) {
 	}
 }
 
-// siteConfig is a gateway with the v2 API, no auth, and the comfygate
-// global option body given.
-func siteConfig(global string) string {
-	return siteConfigAdmin(global, "")
-}
-
-// siteConfigAdmin is siteConfig with Caddy's admin endpoint on adminAddr
-// (empty: off), whose /debug/pprof/ profiles the gateway under load.
-func siteConfigAdmin(global, adminAddr string) string {
-	admin := "admin off"
-	if adminAddr != "" {
-		admin = "admin " + adminAddr
-	}
-	return `{
-	` + admin + `
-	grace_period 1s
-	comfygate {
-		` + global + `
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	route {
-		error_envelope
-		comfy_auth none
-		idempotency
-		comfy_assets
-		comfy_jobs
-		error "not found" 404
-	}
-}
-`
-}
-
 // startGateway starts the real binary and returns it with its process id.
 // With COMFYGATE_BENCH_PROFILE=1 the admin endpoint (and so pprof) is on, at
 // an address the test logs.
@@ -190,7 +155,7 @@ func startGateway(t *testing.T, global string, env ...string) (*gateway.Gateway,
 		admin = fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
 		t.Logf("admin (pprof) on %s", admin)
 	}
-	g := gateway.Start(t, siteConfigAdmin(global, admin), gateway.Options{Env: env})
+	g := gateway.Start(t, gateway.V2Config(global, gateway.V2Site{Admin: admin}), gateway.Options{Env: env})
 	pid, err := PIDWithArg(filepath.Join(g.Dir, fmt.Sprintf("Caddyfile.%d", g.Port)))
 	if err != nil {
 		t.Fatal(err)

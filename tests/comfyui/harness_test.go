@@ -50,35 +50,16 @@ func configWith(blocks []workerBlock) string {
 		}
 		workers.WriteString("\t\t\t}\n")
 	}
-	return `{
-	admin off
-	grace_period 1s
-	comfygate {
-		storage embedded ./data
+	return gateway.V2Config(`storage embedded ./data
 		jobs {
 			lease 5s
 			max_attempts 2
 		}
 		pool gpu comfyui {
-` + workers.String() + `			refresh 1m
+`+workers.String()+`			refresh 1m
 			unhealthy_after 3s
 			reconnect_max 1s
-		}
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	route {
-		error_envelope
-		comfy_auth none
-		idempotency
-		comfy_assets
-		comfy_jobs gpu
-		error "not found" 404
-	}
-}
-`
+		}`, gateway.V2Site{Pool: "gpu"})
 }
 
 func startStack(t *testing.T) *stack {

@@ -43,26 +43,7 @@ func backends() []backend {
 
 // siteConfig is a v2 gateway with the given auth directive.
 func siteConfig(global, auth string) string {
-	return `{
-	admin off
-	grace_period 1s
-	comfygate {
-		` + global + `
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	route {
-		error_envelope
-		` + auth + `
-		idempotency
-		comfy_assets
-		comfy_jobs
-		error "not found" 404
-	}
-}
-`
+	return gateway.V2Config(global, gateway.V2Site{Auth: auth})
 }
 
 // startGateway runs a gateway for b with auth none.

@@ -15,30 +15,8 @@ func TestOfficialSDKOnComfyUIPeers(t *testing.T) {
 	requireSDK(t)
 	p1 := comfyuipeer.New(t, comfyuipeer.Options{})
 	p2 := comfyuipeer.New(t, comfyuipeer.Options{})
-	cfg := fmt.Sprintf(`{
-	admin off
-	grace_period 1s
-	comfygate {
-		storage embedded ./data
-		pool gpu comfyui {
-			worker %s
-			worker %s
-		}
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	route {
-		error_envelope
-		comfy_auth none
-		idempotency
-		comfy_assets
-		comfy_jobs gpu
-		error "not found" 404
-	}
-}
-`, p1.URL, p2.URL)
+	cfg := gateway.V2Config(fmt.Sprintf("storage embedded ./data\n\t\tpool gpu comfyui {\n\t\t\tworker %s\n\t\t\tworker %s\n\t\t}",
+		p1.URL, p2.URL), gateway.V2Site{Pool: "gpu"})
 	g := gateway.Start(t, cfg, gateway.Options{})
 
 	runSDKTests(t, g)
