@@ -253,12 +253,12 @@ func admissionError(err error) *apierr.Error {
 
 // refused records a refusal before dispatch and releases the key.
 func (s *Service) refused(ctx context.Context, rec storage.RouterCall, keyed bool, e *apierr.Error) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
 	now := time.Now().UTC()
 	rec.State, rec.Bucket, rec.HTTPStatus, rec.FinishedAt = storage.RouterReleased, e.Code, e.Status, &now
 	var err error
 	if keyed {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
 		if err = s.cfg.Store.ReleaseRouterKey(dctx, rec.WorkspaceID, rec.IdempotencyKey, rec.RequestID); err == nil {
 			err = s.cfg.Store.UpdateRouterCall(dctx, rec)
 		}

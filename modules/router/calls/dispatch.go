@@ -318,8 +318,6 @@ func (s *Service) record(ctx context.Context, rec storage.RouterCall, keyed bool
 // background writers instead of written on the request path.
 func (s *Service) recordAsync(ctx context.Context, rec storage.RouterCall, keyed bool, state, bucket string, status int,
 	out *provider.Outcome, charged int64, async bool) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
 	now := time.Now().UTC()
 	rec.State, rec.Bucket, rec.HTTPStatus, rec.ChargedCents = state, bucket, status, charged
 	if state != storage.RouterCollecting {
@@ -341,6 +339,8 @@ func (s *Service) recordAsync(ctx context.Context, rec storage.RouterCall, keyed
 		s.rec.writeLogged([]storage.RouterCall{rec})
 		return
 	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	err := s.cfg.Store.UpdateRouterCall(dctx, rec)
 	if errors.Is(err, storage.ErrRouterCallFinished) {
 		s.log.Info("router: the call was already finished by another owner", zap.String("request_id", rec.RequestID),

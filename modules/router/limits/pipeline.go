@@ -107,7 +107,6 @@ func (p *pipeliner) do(ctx context.Context, o *op) (any, error) {
 // returns, and calls o.onDone with the result later, from another
 // goroutine. It never waits for Redis.
 func (p *pipeliner) start(o *op) {
-	o.done = make(chan struct{})
 	if p.enqueue(o) {
 		go p.lead([]*op{o})
 	}
