@@ -157,8 +157,7 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 		d.keepLease(runCtx, job, watch, cancel, log)
 	}()
 
-	var graph workflow.Graph
-	err := json.Unmarshal(job.Workflow, &graph)
+	graph, err := workflow.DecodeGraph(job.Workflow)
 	if err == nil {
 		err = d.Exec.Execute(runCtx, d.newRun(runCtx, job, graph, cancel))
 	}

@@ -179,6 +179,19 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 	return g, nil
 }
 
+// DecodeGraph decodes a stored API-format workflow (the RawWorkflow of a
+// submission that passed ParseSubmit) exactly as ParseSubmit decoded it
+// for validation. encoding/json would not do: it matches member names in
+// any case, so a "CLASS_TYPE" member beside "class_type" could swap in a
+// class nobody validated.
+func DecodeGraph(raw []byte) (Graph, error) {
+	nodes, err := members(raw)
+	if err != nil {
+		return nil, err
+	}
+	return decodeGraph(nodes)
+}
+
 // members decodes a JSON object (from a body that passed json.Valid) into
 // its raw members, as json.Unmarshal into map[string]json.RawMessage does.
 func members(raw []byte) (map[string]json.RawMessage, error) {
