@@ -93,11 +93,13 @@ func (b *Bus) Publish(ctx context.Context, e bus.Event) error {
 	}
 	r := &publishReq{payload: payload}
 	alone, err := b.publishes.Do(ctx, r)
+	if err != nil {
+		// r may still be in a running batch: leave it alone.
+		return fmt.Errorf("redisbus: publishing: %w", err)
+	}
 	if alone {
 		defer b.publishes.Leave()
 		r.err = b.client.Publish(ctx, b.channel, payload).Err()
-	} else if err != nil {
-		r.err = err
 	}
 	if r.err != nil {
 		return fmt.Errorf("redisbus: publishing: %w", r.err)

@@ -79,11 +79,13 @@ func (s *Store) Claim(ctx context.Context, scope, key string, ttl time.Duration)
 	// so a crash between taking and expiring cannot leave a permanent key.
 	r := &claimReq{key: s.Key(scope, key), ttl: ttl}
 	alone, err := s.claims.Do(ctx, r)
+	if err != nil {
+		// r may still be in a running batch: leave it alone.
+		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
+	}
 	if alone {
 		defer s.claims.Leave()
 		r.ok, r.err = s.client.SetNX(ctx, r.key, "1", ttl).Result()
-	} else if err != nil {
-		r.err = err
 	}
 	if r.err != nil {
 		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, r.err)
