@@ -2,7 +2,6 @@ package builtin
 
 import (
 	"encoding/json"
-	"slices"
 )
 
 // maxResolution is ComfyUI's MAX_RESOLUTION (nodes.py), the upper bound of
@@ -183,17 +182,6 @@ func buildCatalog() map[string]*nodeDef {
 		m[d.name] = d
 	}
 	return m
-}
-
-// ClassTypes returns the class_type of every node the executor implements,
-// sorted.
-func ClassTypes() []string {
-	names := make([]string, 0, len(catalog))
-	for n := range catalog {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // IsOutputNode reports whether classType is an output node (OUTPUT_NODE) of

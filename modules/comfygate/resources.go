@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -39,7 +40,7 @@ type resources struct {
 	logger *zap.Logger
 
 	mu        sync.Mutex
-	opened    bool
+	opened    atomic.Bool // set under mu once open; read without it
 	store     storage.Store
 	claims    storage.ClaimStore
 	blobs     *blob.FileSystem
@@ -62,9 +63,13 @@ const openTimeout = 30 * time.Second
 // opened is closed again, and the next call tries afresh, so a dependency
 // that was briefly down at first use does not break the gateway for good.
 func (r *resources) open() error {
+	// Every request calls this: once open, answer without the lock.
+	if r.opened.Load() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.opened {
+	if r.opened.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
@@ -72,7 +77,7 @@ func (r *resources) open() error {
 	if err := r.doOpen(ctx); err != nil {
 		return err
 	}
-	r.opened = true
+	r.opened.Store(true)
 	return nil
 }
 

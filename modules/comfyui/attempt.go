@@ -89,7 +89,7 @@ func (a *attempt) offerPreview(nodeID, contentType string, img []byte) {
 	}
 	a.lastPreview = now
 	a.mu.Unlock()
-	a.push(event{kind: evPreview, nodeID: nodeID, contentType: contentType, image: append([]byte(nil), img...)})
+	a.push(event{kind: evPreview, nodeID: nodeID, contentType: contentType, image: img})
 }
 
 func (a *attempt) drain() []event {

@@ -50,7 +50,7 @@ func (a *attempt) execute(ctx context.Context) error {
 	// Whatever happens below (a failed upload, a refused graph, a node
 	// error, a cancel, a lost worker), the inputs staged so far go.
 	defer a.removeStagedInputs()
-	cat := a.w.catalogSnapshot()
+	cat, _ := a.w.catalogIfHealthy()
 	if err := a.stage(ctx, cat); err != nil {
 		return err
 	}

@@ -37,9 +37,7 @@ func (w *worker) do(ctx context.Context, method, route string, query url.Values,
 		cancel()
 		return nil, err
 	}
-	for k, v := range w.cfg.Headers {
-		req.Header.Set(k, v)
-	}
+	req.Header = w.headers()
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -172,12 +172,6 @@ func (w *worker) unregister(a *attempt) {
 	w.mu.Unlock()
 }
 
-func (w *worker) catalogSnapshot() workflow.Catalog {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.catalog
-}
-
 // connectLoop keeps the worker's socket open, reconnecting with backoff.
 // Every (re)connect re-reads /object_info and asks the running attempts to
 // reconcile what they may have missed while the socket was down.
