@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Job statuses, as the contract names them.
@@ -182,3 +183,16 @@ type JobStore interface {
 	// returns them. Expired jobs no longer hold their output assets.
 	ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]Job, error)
 }
+
+// JobPageSize clamps a list limit to 1..100, treating anything outside as
+// 100.
+func JobPageSize(limit int) int {
+	if limit < 1 || limit > 100 {
+		return 100
+	}
+	return limit
+}
+
+// ValidJSON reports whether b is JSON every backend accepts (valid syntax,
+// valid UTF-8), so that a bad value fails the same way everywhere.
+func ValidJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }

@@ -7,11 +7,6 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-// contentURLLifetime is how long the proxy-served content URL is announced
-// as valid. The URL itself is authenticated per request, so this is a
-// promise of freshness rather than a signature's expiry.
-const contentURLLifetime = time.Hour
-
 // assetJSON is the contract's Asset.
 type assetJSON struct {
 	ID           string   `json:"id"`
@@ -37,8 +32,8 @@ func View(a storage.Asset, links httpx.Links, createdNew *bool, now time.Time) a
 		Tags:         a.Tags,
 		CreatedNew:   createdNew,
 		CreatedAt:    httpx.Time(a.CreatedAt),
-		URL:          links.URL("/assets/" + a.ID + "/content"),
-		URLExpiresAt: httpx.Time(now.Add(contentURLLifetime)),
+		URL:          links.AssetContent(a.ID),
+		URLExpiresAt: httpx.Time(now.Add(httpx.ContentURLLifetime)),
 		ExpiresAt:    httpx.TimePtr(a.ExpiresAt),
 	}
 	if a.Hash != "" {

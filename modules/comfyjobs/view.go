@@ -8,9 +8,6 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-// contentURLLifetime matches the assets handler's announced URL validity.
-const contentURLLifetime = time.Hour
-
 // jobJSON is the contract's Job (never with the run log: only serverless
 // surfaces populate it, and comfygate's do not yet).
 type jobJSON struct {
@@ -86,8 +83,8 @@ func outputView(o storage.Output, jobID string, links httpx.Links, now time.Time
 		ContentType:  o.Asset.ContentType,
 		SizeBytes:    o.Asset.SizeBytes,
 		ID:           o.Asset.ID,
-		URL:          links.URL("/assets/" + o.Asset.ID + "/content"),
-		URLExpiresAt: httpx.Time(now.Add(contentURLLifetime)),
+		URL:          links.AssetContent(o.Asset.ID),
+		URLExpiresAt: httpx.Time(now.Add(httpx.ContentURLLifetime)),
 		JobID:        jobID,
 	}
 	if o.Asset.Hash != "" {

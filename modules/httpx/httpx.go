@@ -50,6 +50,14 @@ func LinksFor(r *http.Request) Links {
 // URL returns the absolute URL of the v2 path p (which starts with /).
 func (l Links) URL(p string) string { return l.base + p }
 
+// ContentURLLifetime is how long an asset's content URL is announced as
+// valid. The URL itself is authenticated per request, so this is a promise
+// of freshness rather than a signature's expiry.
+const ContentURLLifetime = time.Hour
+
+// AssetContent returns the URL of an asset's bytes.
+func (l Links) AssetContent(assetID string) string { return l.URL("/assets/" + assetID + "/content") }
+
 // WriteJSON writes v with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) error {
 	h := w.Header()

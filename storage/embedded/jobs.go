@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/comfygate/comfygate/storage"
 )
@@ -41,10 +40,6 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// validJSON reports whether b is JSON the Postgres backend would also accept
-// (valid syntax, valid UTF-8), so both backends refuse the same inputs.
-func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
-
 // nullJSON maps an absent JSON value to NULL.
 func nullJSON(b json.RawMessage) sql.NullString {
 	return sql.NullString{String: string(b), Valid: len(b) > 0}
@@ -59,7 +54,7 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if j.ID == "" || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("embedded: CreateJob needs ID, AccountID and Pool")
 	}
-	if !validJSON(j.Workflow) {
+	if !storage.ValidJSON(j.Workflow) {
 		return storage.Job{}, errors.New("embedded: CreateJob needs a valid JSON workflow")
 	}
 	job := storage.Job{
@@ -142,17 +137,9 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		c := formatTime(q.Before.CreatedAt)
 		args = append(args, c, c, q.Before.ID)
 	}
-	args = append(args, pageSize(q.Limit))
+	args = append(args, storage.JobPageSize(q.Limit))
 	return queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
 		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
-}
-
-// pageSize clamps a list limit to 1..100, treating anything outside as 100.
-func pageSize(limit int) int {
-	if limit < 1 || limit > 100 {
-		return 100
-	}
-	return limit
 }
 
 // QueuePosition is the job's 1-based place among its pool's queued jobs,

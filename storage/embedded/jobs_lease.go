@@ -102,7 +102,7 @@ func (s *Store) RenewLease(ctx context.Context, id string, attempt int, lease ti
 
 // SetProgress replaces the attempt's progress snapshot (nil clears it).
 func (s *Store) SetProgress(ctx context.Context, id string, attempt int, progress json.RawMessage) error {
-	if len(progress) > 0 && !validJSON(progress) {
+	if len(progress) > 0 && !storage.ValidJSON(progress) {
 		return errors.New("embedded: SetProgress needs valid JSON")
 	}
 	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
@@ -201,7 +201,7 @@ func checkFinish(status string, jobErr json.RawMessage) error {
 	default:
 		return fmt.Errorf("embedded: FinishJob: status %q is not succeeded, failed or canceled", status)
 	}
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return errors.New("embedded: FinishJob: error object is not valid JSON")
 	}
 	return nil
@@ -213,7 +213,7 @@ func checkFinish(status string, jobErr json.RawMessage) error {
 // (at least 1), failed with jobErr. Terminal jobs get CompletedAt = now. The
 // changed jobs are returned oldest first, without outputs.
 func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts int, jobErr json.RawMessage) ([]storage.Job, error) {
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return nil, errors.New("embedded: ReclaimExpired: error object is not valid JSON")
 	}
 	maxAttempts = max(maxAttempts, 1)
@@ -268,7 +268,7 @@ const handBack = `status = CASE WHEN status = 'canceling' THEN 'canceled'
 
 // ReleaseJob implements storage.JobStore.
 func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return storage.Job{}, errors.New("embedded: ReleaseJob: error object is not valid JSON")
 	}
 	maxAttempts = max(maxAttempts, 1)

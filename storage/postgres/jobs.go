@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -44,10 +43,6 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
-
-// validJSON reports whether b is JSON both backends accept (valid syntax,
-// valid UTF-8), so that a bad value fails the same way everywhere.
-func validJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }
 
 // jsonParam maps an absent JSON value to NULL and a present one to its text.
 func jsonParam(b json.RawMessage) *string {
@@ -89,7 +84,7 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if !isUUID(j.ID) || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("postgres: create job: needs a UUID ID, AccountID and Pool")
 	}
-	if !validJSON(j.Workflow) {
+	if !storage.ValidJSON(j.Workflow) {
 		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
 	}
 	r := &createReq{j: j}
@@ -188,17 +183,9 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		args = append(args, q.Before.CreatedAt, q.Before.ID)
 		where = append(where, fmt.Sprintf(`(created_at, id::text) < ($%d, $%d)`, len(args)-1, len(args)))
 	}
-	args = append(args, pageSize(q.Limit))
+	args = append(args, storage.JobPageSize(q.Limit))
 	return queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
 		` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
-}
-
-// pageSize clamps a list limit to 1..100, treating anything outside as 100.
-func pageSize(limit int) int {
-	if limit < 1 || limit > 100 {
-		return 100
-	}
-	return limit
 }
 
 // queuePositionOfJ is the 1-based place of the job row j among its pool's

@@ -106,7 +106,7 @@ func (s *Store) RenewLease(ctx context.Context, id string, attempt int, lease ti
 
 // SetProgress replaces the attempt's progress snapshot (nil clears it).
 func (s *Store) SetProgress(ctx context.Context, id string, attempt int, progress json.RawMessage) error {
-	if len(progress) > 0 && !validJSON(progress) {
+	if len(progress) > 0 && !storage.ValidJSON(progress) {
 		return errors.New("postgres: set progress: not valid JSON")
 	}
 	if !isUUID(id) {
@@ -171,7 +171,7 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 	default:
 		return storage.Job{}, fmt.Errorf("postgres: finish job: status %q is not succeeded, failed or canceled", status)
 	}
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return storage.Job{}, errors.New("postgres: finish job: error object is not valid JSON")
 	}
 	if status != storage.JobFailed {
@@ -212,7 +212,7 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 // reaper holds are skipped. The changed jobs are returned oldest first,
 // without outputs.
 func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts int, jobErr json.RawMessage) ([]storage.Job, error) {
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return nil, errors.New("postgres: reclaim: error object is not valid JSON")
 	}
 	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
@@ -256,7 +256,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 
 // ReleaseJob implements storage.JobStore.
 func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
-	if len(jobErr) > 0 && !validJSON(jobErr) {
+	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return storage.Job{}, errors.New("postgres: release: error object is not valid JSON")
 	}
 	if !isUUID(id) {
