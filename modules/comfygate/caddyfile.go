@@ -100,7 +100,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.AllArgs(&v) {
 				return d.ArgErr()
 			}
-			if err := parseDuration(v, &a.AssetRetention); err != nil {
+			if err := ParseDuration(v, &a.AssetRetention); err != nil {
 				return d.Errf("asset_retention: %v", err)
 			}
 		case "max_upload_size":
@@ -164,11 +164,11 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "max_streams":
 			c.MaxStreams, err = strconv.Atoi(v)
 		case "retention":
-			err = parseDuration(v, &c.Retention)
+			err = ParseDuration(v, &c.Retention)
 		case "running_bound":
-			err = parseDuration(v, &c.RunningBound)
+			err = ParseDuration(v, &c.RunningBound)
 		case "lease":
-			err = parseDuration(v, &c.Lease)
+			err = ParseDuration(v, &c.Lease)
 		default:
 			return d.Errf("unknown jobs option %q", name)
 		}
@@ -179,7 +179,8 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func parseDuration(v string, into *caddy.Duration) error {
+// ParseDuration parses a Caddyfile duration into into (untouched on error).
+func ParseDuration(v string, into *caddy.Duration) error {
 	dur, err := caddy.ParseDuration(v)
 	if err != nil {
 		return err
@@ -231,7 +232,7 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 			}
 			into := map[string]*caddy.Duration{"refresh": &p.Refresh, "unhealthy_after": &p.UnhealthyAfter,
 				"reconnect_max": &p.ReconnectMax, "request_timeout": &p.RequestTimeout}[name]
-			if err := parseDuration(v, into); err != nil {
+			if err := ParseDuration(v, into); err != nil {
 				return nil, d.Errf("%s: %v", name, err)
 			}
 		case "worker":

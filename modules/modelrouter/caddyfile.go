@@ -8,6 +8,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {
@@ -99,23 +101,12 @@ func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
 		h.MaxInFlight, err = strconv.Atoi(v)
 	case "spend_ceiling_cents":
 		h.SpendCeilingCents, err = strconv.ParseInt(v, 10, 64)
-	case "lease_ttl", "collect_window", "takeover_after":
-		var dur caddy.Duration
-		var p int64
-		if td, perr := caddy.ParseDuration(v); perr == nil {
-			p = int64(td)
-		} else {
-			err = perr
-		}
-		dur = caddy.Duration(p)
-		switch opt {
-		case "lease_ttl":
-			h.LeaseTTL = dur
-		case "collect_window":
-			h.CollectWindow = dur
-		default:
-			h.TakeoverAfter = dur
-		}
+	case "lease_ttl":
+		err = comfygate.ParseDuration(v, &h.LeaseTTL)
+	case "collect_window":
+		err = comfygate.ParseDuration(v, &h.CollectWindow)
+	case "takeover_after":
+		err = comfygate.ParseDuration(v, &h.TakeoverAfter)
 	case "max_body_size":
 		var n uint64
 		n, err = humanize.ParseBytes(v)

@@ -48,15 +48,11 @@ func forbidden() *apierr.Error {
 	return apierr.New(http.StatusForbidden, "forbidden", "you are not entitled to use this model")
 }
 
-func unauthorized() *apierr.Error {
-	return apierr.New(http.StatusUnauthorized, "unauthorized", "missing or invalid credentials")
-}
-
 // caller returns the principal comfy_auth set, and what it may see.
 func (h *Handler) caller(r *http.Request) (principal.Principal, catalog.Audience, error) {
 	p, ok := principal.From(r.Context())
 	if !ok || p.WorkspaceID == "" {
-		return p, catalog.Audience{}, unauthorized()
+		return p, catalog.Audience{}, apierr.Unauthorized()
 	}
 	return p, catalog.NewAudience(p.Entitlements), nil
 }
@@ -239,7 +235,7 @@ func validKey(k string) bool {
 func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) error {
 	p, ok := principal.From(r.Context())
 	if !ok || p.WorkspaceID == "" {
-		return unauthorized()
+		return apierr.Unauthorized()
 	}
 	m, err := h.callable(id, p.Entitlements)
 	if err != nil {

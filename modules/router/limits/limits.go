@@ -26,7 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -225,7 +225,8 @@ func RoundTrips(d, ttl time.Duration) int {
 	return 2 + int(d/(ttl/3))
 }
 
-var windowName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+// plainNamePattern is what plainName accepts, for error messages.
+const plainNamePattern = `^[A-Za-z0-9_.-]{1,64}$`
 
 // maxIDLen bounds call ids and workspace names so keys stay bounded.
 const maxIDLen = 256
@@ -243,12 +244,10 @@ func validate(workspace string, call Call, lim Limits) error {
 	case lim.SpendCeilingCents < 0 || lim.SpendCeilingCents > MaxCents:
 		return fmt.Errorf("%w: spend ceiling %d out of range", ErrInvalid, lim.SpendCeilingCents)
 	}
-	seen := make(map[string]bool, len(lim.Rate))
-	for _, w := range lim.Rate {
-		if !windowName.MatchString(w.Name) || seen[w.Name] {
-			return fmt.Errorf("%w: window name %q must be unique and match %s", ErrInvalid, w.Name, windowName)
+	for i, w := range lim.Rate {
+		if !plainName(w.Name) || slices.ContainsFunc(lim.Rate[:i], func(o Window) bool { return o.Name == w.Name }) {
+			return fmt.Errorf("%w: window name %q must be unique and match %s", ErrInvalid, w.Name, plainNamePattern)
 		}
-		seen[w.Name] = true
 		if w.Period < time.Millisecond || w.Max < 1 {
 			return fmt.Errorf("%w: window %q needs Period >= 1ms and Max >= 1", ErrInvalid, w.Name)
 		}

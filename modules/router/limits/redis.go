@@ -82,11 +82,12 @@ func (r *Redis) Close() error {
 	return nil
 }
 
-// plainWorkspace reports what may go into a key verbatim: 1 to 64 of
-// [A-Za-z0-9_.-]; anything else (braces would break the hash tag, colons
-// could collide with key suffixes) is hashed. (A loop, not a regexp: it runs
-// on every operation.)
-func plainWorkspace(ws string) bool {
+// plainName reports whether a name is 1 to 64 of [A-Za-z0-9_.-] (the
+// plainNamePattern): what a window must be called, and what may go into a
+// key verbatim (any other workspace, where braces would break the hash tag
+// and colons could collide with key suffixes, is hashed). A loop, not a
+// regexp: it runs on every operation.
+func plainName(ws string) bool {
 	if len(ws) == 0 || len(ws) > 64 {
 		return false
 	}
@@ -102,7 +103,7 @@ func plainWorkspace(ws string) bool {
 // keyTag returns <prefix>{ws}:, which starts every key of workspace.
 func (r *Redis) keyTag(workspace string) string {
 	tag := workspace
-	if !plainWorkspace(workspace) {
+	if !plainName(workspace) {
 		sum := sha256.Sum256([]byte(workspace))
 		tag = "h-" + hex.EncodeToString(sum[:16])
 	}
