@@ -128,10 +128,13 @@ func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.
 	nodeErrors := map[string][]map[string]string{}
 	for _, ref := range refs {
 		key := workflow.InputKey{Node: ref.Node, Input: ref.Input}
-		if ownOption(g, cat, ref) {
+		listed := listedChoice(g, cat, ref)
+		if listed && !ref.Upload {
 			// The node's own option ("bilinear"): valid whether or not an
 			// asset bears the name, so looking it up would change nothing
-			// but cost a database round trip per value.
+			// but cost a database round trip per value. Upload pickers
+			// (LoadImage.image) are always looked up: there a listed name
+			// may still mean the caller's asset.
 			continue
 		}
 		_, err := lookupRef(ctx, s.Store, account, ref.AssetID, ref.FileName)
@@ -142,13 +145,8 @@ func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.
 		case !errors.Is(err, storage.ErrNotFound):
 			return nil, apierr.Upstream(err)
 		}
-		if !ref.IsObject() {
-			if !ref.Upload {
-				continue // an ordinary combo value, for Validate to judge
-			}
-			if spec, _, ok := cat[g[ref.Node].ClassType].Input(ref.Input); ok && spec.HasChoice(ref.FileName) {
-				continue
-			}
+		if !ref.IsObject() && (!ref.Upload || listed) {
+			continue // an ordinary combo value or a listed file, for Validate to judge
 		}
 		name := ref.AssetID
 		if name == "" {
@@ -168,13 +166,10 @@ func (s *Service) resolveAssets(ctx context.Context, account string, g workflow.
 	return resolved, nil
 }
 
-// ownOption reports whether ref is a plain string on a combo input that is
-// not an upload picker and is one of the combo's listed choices. Validate
-// accepts such a value as it stands, so resolving it against the caller's
-// assets cannot change the outcome. Upload pickers (LoadImage.image) are
-// always looked up: there a listed name may still mean the caller's asset.
-func ownOption(g workflow.Graph, cat workflow.Catalog, ref workflow.AssetRef) bool {
-	if ref.IsObject() || ref.Upload {
+// listedChoice reports whether ref is a plain string that is one of its
+// combo input's listed choices, which Validate accepts as it stands.
+func listedChoice(g workflow.Graph, cat workflow.Catalog, ref workflow.AssetRef) bool {
+	if ref.IsObject() {
 		return false
 	}
 	spec, _, ok := cat[g[ref.Node].ClassType].Input(ref.Input)

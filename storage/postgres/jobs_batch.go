@@ -99,10 +99,7 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	expires, keys := make([]time.Time, n), make([]*string, n)
 	byID := make(map[string]*createReq, n)
 	for i, r := range reqs {
-		id, err := uuid.Parse(r.j.ID)
-		if err != nil {
-			continue // CreateJob checked it; left for the lone retry to refuse
-		}
+		id, _ := uuid.Parse(r.j.ID) // CreateJob refused any ID that is not a UUID
 		ids[i], accounts[i], workflows[i], expires[i] = r.j.ID, r.j.AccountID, string(r.j.Workflow), r.j.ExpiresAt
 		if r.j.IdempotencyKey != "" {
 			k := r.j.IdempotencyKey
