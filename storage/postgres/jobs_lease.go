@@ -28,23 +28,19 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		return storage.Job{}, mapErr("claim job: begin", err)
 	}
 	defer rollback(ctx, tx)
-	var id string
-	err = tx.QueryRow(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
+	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
 			lease_owner = $2, lease_expires_at = now() + $3::bigint * interval '1 microsecond',
 			started_at = coalesce(started_at, now()), progress = NULL
 		WHERE status = 'queued' AND id = (SELECT id FROM jobs WHERE pool = $1 AND status = 'queued'
 			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING id::text`, pool, owner, leaseInterval(lease)).Scan(&id)
+		RETURNING `+jobColumns, pool, owner, leaseInterval(lease)))
 	if err != nil {
 		return storage.Job{}, mapErr("claim job", err)
 	}
-	if err := dropEarlierOutputs(ctx, tx, id, remove); err != nil {
+	if err := dropEarlierOutputs(ctx, tx, job.ID, remove); err != nil {
 		return storage.Job{}, fmt.Errorf("postgres: claim job: %w", err)
 	}
-	job, err := loadJob(ctx, tx, `id = $1`, id)
-	if err != nil {
-		return storage.Job{}, err
-	}
+	job.Outputs = []storage.Output{} // a new attempt starts with none
 	if err := tx.Commit(ctx); err != nil {
 		return storage.Job{}, mapErr("claim job: commit", err)
 	}
