@@ -30,6 +30,16 @@ import (
 // them as the next pipeline: every waiting caller is woken exactly once,
 // either with its reply or to lead, and no caller leads more than one
 // pipeline.
+//
+// An operation nobody waits for (start: the settle after a call) is not
+// sent on its own while the pipeliner is idle: it lingers up to
+// startLinger for the next operation anyone waits for, usually the next
+// admission, and goes out ahead of it in the same pipeline, or alone when
+// the linger ends. A caller issuing call after call then pays one round
+// trip per call instead of two, and its admission never queues behind its
+// previous call's settle still on the wire. The linger only delays a
+// release: for that long the workspace looks busier than it is, never
+// less busy, so no bound can be overshot.
 
 // pipelineTimeout bounds one pipeline exchange. It is independent of the
 // callers' contexts: a pipeline carries other callers' operations, so one
@@ -38,6 +48,12 @@ const pipelineTimeout = 10 * time.Second
 
 // maxOpsPerScript bounds one script call, and so how long it holds Redis.
 const maxOpsPerScript = 128
+
+// startLinger is how long an operation nobody waits for may wait for
+// company while the pipeliner is idle: well above the gap between one
+// call's answer and a busy client's next call, far below the lease TTL and
+// any partner call's duration.
+const startLinger = 2 * time.Millisecond
 
 // luaScript is a Lua script and its SHA-1 for EVALSHA. (redis.Script's
 // Load and Run cannot be used in a pipeline: Load takes the not yet
@@ -75,14 +91,20 @@ type op struct {
 type pipeliner struct {
 	client redis.UniversalClient
 	script *luaScript
+	linger time.Duration // startLinger; tests change it
 
 	mu    sync.Mutex
 	busy  bool // a pipeline is on the wire (or being handed over)
 	queue []*op
+	// lingering holds started ops while nothing is on the wire, in order;
+	// flushTimer sends them when the linger ends. Never both lingering
+	// and busy: whoever sets busy takes the lingering ops along.
+	lingering  []*op
+	flushTimer *time.Timer
 }
 
 func newPipeliner(client redis.UniversalClient, script *luaScript) *pipeliner {
-	return &pipeliner{client: client, script: script}
+	return &pipeliner{client: client, script: script, linger: startLinger}
 }
 
 // do runs o and returns its reply. The context bounds nothing once o is
@@ -92,8 +114,8 @@ func (p *pipeliner) do(ctx context.Context, o *op) (any, error) {
 		return nil, err
 	}
 	o.done = make(chan struct{})
-	if p.enqueue(o) {
-		p.lead([]*op{o})
+	if batch := p.enqueue(o); batch != nil {
+		p.lead(batch)
 		return o.reply, o.err
 	}
 	<-o.done
@@ -105,24 +127,73 @@ func (p *pipeliner) do(ctx context.Context, o *op) (any, error) {
 
 // start queues o now, so that its place in the order is fixed when start
 // returns, and calls o.onDone with the result later, from another
-// goroutine. It never waits for Redis.
+// goroutine. It never waits for Redis. While nothing is on the wire, o
+// lingers for company (see startLinger).
 func (p *pipeliner) start(o *op) {
-	if p.enqueue(o) {
-		go p.lead([]*op{o})
-	}
-}
-
-// enqueue reports whether o must be sent now by its caller (nothing on the
-// wire); otherwise o waits in the queue.
-func (p *pipeliner) enqueue(o *op) (lead bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.busy {
 		p.queue = append(p.queue, o)
-		return false
+		return
 	}
+	p.lingering = append(p.lingering, o)
+	if p.flushTimer == nil {
+		p.flushTimer = time.AfterFunc(p.linger, p.flush)
+	} else if len(p.lingering) == 1 {
+		p.flushTimer.Reset(p.linger)
+	}
+}
+
+// flush sends the lingering ops once their linger has ended, unless
+// someone took them along meanwhile.
+func (p *pipeliner) flush() {
+	p.mu.Lock()
+	if p.busy || len(p.lingering) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	batch := p.takeLingering(nil)
+	p.mu.Unlock()
+	p.lead(batch)
+}
+
+// drain sends any lingering ops now and returns when they are done; for
+// Close, so that no started op is lost with the client.
+func (p *pipeliner) drain() {
+	p.mu.Lock()
+	if p.flushTimer != nil {
+		p.flushTimer.Stop()
+	}
+	p.mu.Unlock()
+	p.flush()
+}
+
+// enqueue returns the batch o's caller must send now, o last behind any
+// lingering ops, when nothing is on the wire; otherwise o waits in the
+// queue and enqueue returns nil.
+func (p *pipeliner) enqueue(o *op) []*op {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy {
+		p.queue = append(p.queue, o)
+		return nil
+	}
+	return p.takeLingering(o)
+}
+
+// takeLingering marks the pipeliner busy and returns the lingering ops
+// followed by o (when not nil). p.mu is held.
+func (p *pipeliner) takeLingering(o *op) []*op {
 	p.busy = true
-	return true
+	batch := p.lingering
+	if len(batch) > 0 {
+		p.flushTimer.Stop() // lingering ops imply a timer
+		p.lingering = nil
+	}
+	if o != nil {
+		batch = append(batch, o)
+	}
+	return batch
 }
 
 // lead sends batch, hands the queue on and delivers the replies.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,5 +227,122 @@ func TestGroupKeepsEachWorkspacesOrder(t *testing.T) {
 		if seen != len(batch) {
 			t.Fatalf("%d of %d ops grouped", seen, len(batch))
 		}
+	}
+}
+
+// pipelineCounter counts the pipelines a client sends.
+type pipelineCounter struct{ n atomic.Int64 }
+
+func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// countingRedis is testRedis with a pipeline counter and the given linger.
+func countingRedis(t *testing.T, linger time.Duration) (*Redis, *pipelineCounter) {
+	t.Helper()
+	r := testRedis(t, 0)
+	counter := &pipelineCounter{}
+	r.pipe.client.AddHook(counter)
+	r.pipe.linger = linger
+	// Cache the script first so that NOSCRIPT retries do not count.
+	if _, _, err := r.Inspect(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	counter.n.Store(0)
+	return r, counter
+}
+
+// TestSettleRidesWithTheNextAdmission: a settle started while nothing is
+// on the wire waits for the next admission and goes out ahead of it in the
+// same pipeline: one round trip for both, and the admission (one call
+// allowed in flight) finds the slot free.
+func TestSettleRidesWithTheNextAdmission(t *testing.T) {
+	r, counter := countingRedis(t, time.Hour) // only an admission can carry it
+	ctx := context.Background()
+	lim := Limits{MaxInFlight: 1}
+	l, err := r.Admit(ctx, "serial", Call{ID: "first", Cents: 1}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	l.SettleOrdered(0, func(err error) { settled <- err })
+	if got := counter.n.Load(); got != 1 {
+		t.Fatalf("%d pipelines after an admission and a started settle, want 1 (the settle lingers)", got)
+	}
+	second, err := r.Admit(ctx, "serial", Call{ID: "second", Cents: 1}, lim)
+	if err != nil {
+		t.Fatalf("the next admission: %v", err)
+	}
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	if got := counter.n.Load(); got != 2 {
+		t.Fatalf("%d pipelines, want 2: the settle goes with the next admission", got)
+	}
+	if err := second.Settle(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLingeringSettleGoesOutAlone: with nothing else to carry it, a
+// started settle is sent when its linger ends.
+func TestLingeringSettleGoesOutAlone(t *testing.T) {
+	r, counter := countingRedis(t, 5*time.Millisecond)
+	ctx := context.Background()
+	l, err := r.Admit(ctx, "alone", Call{ID: "a", Cents: 3}, Limits{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	l.SettleOrdered(0, func(err error) { settled <- err })
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lingering settle was never sent")
+	}
+	if n, cents, err := r.Inspect(ctx, "alone"); err != nil || n != 0 || cents != 0 {
+		t.Fatalf("%d in flight, %d cents (%v) after the settle, want 0, 0", n, cents, err)
+	}
+	if got := counter.n.Load(); got != 3 { // admit, settle, inspect
+		t.Fatalf("%d pipelines, want 3", got)
+	}
+}
+
+// TestCloseSendsLingeringSettles: Close does not drop a settle that is
+// still lingering; another client sees the slot free right after.
+func TestCloseSendsLingeringSettles(t *testing.T) {
+	r, _ := countingRedis(t, time.Hour)
+	ctx := context.Background()
+	l, err := r.Admit(ctx, "closing", Call{ID: "a", Cents: 3}, Limits{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	l.SettleOrdered(0, func(err error) { settled <- err })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("Close returned before the lingering settle was done")
+	}
+	other, err := NewRedis(r.client, r.prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, cents, err := other.Inspect(ctx, "closing"); err != nil || n != 0 || cents != 0 {
+		t.Fatalf("%d in flight, %d cents (%v) after Close, want 0, 0", n, cents, err)
 	}
 }

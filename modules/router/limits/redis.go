@@ -71,8 +71,10 @@ func NewRedis(client redis.UniversalClient, prefix string, ttl time.Duration) (*
 	return &Redis{client: client, pipe: newPipeliner(client, opsScript), prefix: prefix, ttl: ttl}, nil
 }
 
-// Close closes the client if OpenRedis created it.
+// Close sends any settle still lingering (see startLinger) and closes the
+// client if OpenRedis created it.
 func (r *Redis) Close() error {
+	r.pipe.drain()
 	if !r.owned {
 		return nil
 	}
