@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/comfygate/comfygate/modules/apierr"
 )
@@ -52,11 +54,13 @@ func (r AssetRef) IsObject() bool { return r.AssetID != "" }
 func AssetRefs(g Graph, cat Catalog) ([]AssetRef, error) {
 	var refs []AssetRef
 	bad := NodeErrors{}
-	for _, id := range sortedIDs(g) {
-		n := g[id]
+	// Inputs are visited in map order and the results put in (node, input)
+	// order at the end: sorting each node's input names would cost an
+	// allocation per node on every submit.
+	for id, n := range g {
 		class, known := cat[n.ClassType]
-		for _, name := range sortedIDs(n.Inputs) {
-			raw := bytes.TrimSpace(n.Inputs[name])
+		for name, raw := range n.Inputs {
+			raw = bytes.TrimSpace(raw)
 			if isAssetObject(raw) {
 				ref, ok := parseAssetObject(raw)
 				if !ok {
@@ -76,17 +80,29 @@ func AssetRefs(g Graph, cat Catalog) ([]AssetRef, error) {
 				continue
 			}
 			s, ok := plainString(raw)
-			if !ok && json.Unmarshal(raw, &s) != nil || s == "" {
+			if !ok {
+				s, _ = unmarshalString(raw)
+			}
+			if s == "" {
 				continue
 			}
 			refs = append(refs, AssetRef{Node: id, Input: name, FileName: s, Upload: spec.Upload()})
 		}
 	}
 	if len(bad) > 0 {
+		for _, errs := range bad {
+			slices.SortFunc(errs, func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
+		}
 		return nil, apierr.New(http.StatusUnprocessableEntity, "missing_asset",
 			"the workflow holds malformed asset references").
 			WithDetails(map[string]any{"node_errors": bad})
 	}
+	slices.SortFunc(refs, func(a, b AssetRef) int {
+		if c := strings.Compare(a.Node, b.Node); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Input, b.Input)
+	})
 	return refs, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Graph is an API-format workflow: node id → node.
@@ -101,69 +102,125 @@ func unwrapValue(raw json.RawMessage) (json.RawMessage, bool) {
 	return raw, false
 }
 
-// edges returns, for every node, the distinct existing nodes it reads from.
-func (g Graph) edges() map[string][]string {
-	out := make(map[string][]string, len(g))
-	for id, n := range g {
-		var deps []string
-		for _, raw := range n.Inputs {
-			l, kind := parseLink(raw)
-			if kind != goodLink {
-				continue
-			}
-			if _, ok := g[l.Node]; ok {
-				deps = append(deps, l.Node)
+// depIndex returns, for each node of ids (sortedIDs(g)), the places in ids
+// of the existing nodes it reads from. Nodes are numbered by their place in
+// ids so that the graph walks of Validate (cycles, reachability) run on
+// slices instead of maps: they run on every submit. All lists share one
+// backing array.
+func (g Graph) depIndex(ids []string) [][]int {
+	deps := make([][]int, len(ids))
+	var all []int
+	for i, id := range ids {
+		start := len(all)
+		for _, raw := range g[id].Inputs {
+			if j, ok := linkTarget(raw, ids); ok {
+				all = append(all, j)
 			}
 		}
-		out[id] = deps
+		deps[i] = all[start:len(all):len(all)]
 	}
-	return out
+	// all may have moved while it grew: slice the final array again.
+	n := 0
+	for i := range deps {
+		k := len(deps[i])
+		deps[i] = all[n : n+k : n+k]
+		n += k
+	}
+	return deps
 }
 
-// cycles returns the set of nodes that lie on a dependency cycle, found as
-// strongly connected components (Tarjan, iterative so that a long chain
-// cannot exhaust the stack). Nodes are numbered by their place in ids so
-// that the bookkeeping is slices, not maps: this runs on every submit.
-func cycles(ids []string, deps map[string][]string) map[string]int {
-	n := len(ids)
-	pos := make(map[string]int, n)
-	for i, id := range ids {
-		pos[id] = i
+// linkTarget returns the place in ids (sorted) of the node raw links to,
+// when raw is a well-formed link to an existing node.
+func linkTarget(raw json.RawMessage, ids []string) (int, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return 0, false
 	}
-	index := make([]int, n) // visit order from 1; 0 = not visited yet
-	low := make([]int, n)
-	onStack := make([]bool, n)
+	if id, _, ok := plainLinkBytes(raw); ok {
+		return indexOf(ids, id)
+	}
+	l, kind := parseLink(raw)
+	if kind != goodLink {
+		return 0, false
+	}
+	return indexOf(ids, []byte(l.Node))
+}
+
+// indexOf finds id in the sorted ids without allocating.
+func indexOf(ids []string, id []byte) (int, bool) {
+	lo, hi := 0, len(ids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ids[m] < string(id) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(ids) && ids[lo] == string(id)
+}
+
+// cycles returns the set of nodes that lie on a dependency cycle, as
+// component numbers (see cycleComponents), keyed by id. ids are deps's
+// nodes, sorted.
+func cycles(ids []string, deps map[string][]string) map[string]int {
+	idx := make([][]int, len(ids))
+	for i, id := range ids {
+		for _, d := range deps[id] {
+			if j, ok := indexOf(ids, []byte(d)); ok {
+				idx[i] = append(idx[i], j)
+			}
+		}
+	}
+	comp := map[string]int{}
+	for i, c := range cycleComponents(idx) {
+		if c > 0 {
+			comp[ids[i]] = c
+		}
+	}
+	return comp
+}
+
+// cycleComponents finds the nodes that lie on a dependency cycle, as
+// strongly connected components (Tarjan, iterative so that a long chain
+// cannot exhaust the stack). It returns, per node, the number (from 1) of
+// its cyclic component, 0 for nodes on no cycle; nil when there is no
+// cycle at all.
+func cycleComponents(deps [][]int) []int {
+	n := len(deps)
+	// index: visit order from 1 (0 = not visited yet); low: Tarjan's
+	// low-link; onStack. One allocation for all three.
+	work := make([]int, 3*n)
+	index, low, onStack := work[:n:n], work[n:2*n:2*n], work[2*n:]
 	var stack []int
-	comp := map[string]int{} // node → component number, only for cyclic ones
+	var comp []int
 	next, compN := 1, 0
 
 	type callFrame struct {
 		node, edge int
 	}
+	var call []callFrame
 	for root := range n {
 		if index[root] != 0 {
 			continue
 		}
-		call := []callFrame{{node: root}}
+		call = append(call[:0], callFrame{node: root})
 		index[root], low[root] = next, next
 		next++
 		stack = append(stack, root)
-		onStack[root] = true
+		onStack[root] = 1
 		for len(call) > 0 {
 			f := &call[len(call)-1]
-			if d := deps[ids[f.node]]; f.edge < len(d) {
-				w, ok := pos[d[f.edge]]
+			if d := deps[f.node]; f.edge < len(d) {
+				w := d[f.edge]
 				f.edge++
-				if !ok {
-					continue
-				}
 				if index[w] == 0 {
 					index[w], low[w] = next, next
 					next++
 					stack = append(stack, w)
-					onStack[w] = true
+					onStack[w] = 1
 					call = append(call, callFrame{node: w})
-				} else if onStack[w] && index[w] < low[f.node] {
+				} else if onStack[w] == 1 && index[w] < low[f.node] {
 					low[f.node] = index[w]
 				}
 				continue
@@ -186,12 +243,15 @@ func cycles(ids []string, deps map[string][]string) map[string]int {
 			members := stack[first:]
 			stack = stack[:first]
 			for _, m := range members {
-				onStack[m] = false
+				onStack[m] = 0
 			}
-			if len(members) > 1 || selfLoop(ids[v], deps) {
+			if len(members) > 1 || slices.Contains(deps[v], v) {
+				if comp == nil {
+					comp = make([]int, n)
+				}
 				compN++
 				for _, m := range members {
-					comp[ids[m]] = compN
+					comp[m] = compN
 				}
 			}
 		}
@@ -199,19 +259,10 @@ func cycles(ids []string, deps map[string][]string) map[string]int {
 	return comp
 }
 
-func selfLoop(v string, deps map[string][]string) bool {
-	for _, d := range deps[v] {
-		if d == v {
-			return true
-		}
-	}
-	return false
-}
-
-// reachable returns the roots and every node they transitively read from.
-func reachable(roots []string, deps map[string][]string) map[string]bool {
-	seen := make(map[string]bool, len(deps))
-	queue := append([]string(nil), roots...)
+// reachable marks the roots and every node they transitively read from.
+func reachable(roots []int, deps [][]int) []bool {
+	seen := make([]bool, len(deps))
+	queue := append([]int(nil), roots...)
 	for _, r := range roots {
 		seen[r] = true
 	}

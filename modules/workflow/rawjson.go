@@ -22,7 +22,7 @@ import (
 // to json.Unmarshal).
 func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
 	m := map[string]json.RawMessage{}
-	if !eachMember(raw, func(name string, value json.RawMessage) { m[name] = value }) {
+	if !eachMember(raw, func(name []byte, value json.RawMessage) { m[string(name)] = value }) {
 		return nil, false
 	}
 	return m, true
@@ -30,8 +30,9 @@ func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
 
 // eachMember calls fn for each member of raw in order, on the terms of
 // objectMembers; when it returns false, fn may have seen some members and
-// the caller must discard what it gathered.
-func eachMember(raw []byte, fn func(name string, value json.RawMessage)) bool {
+// the caller must discard what it gathered. name is raw's own bytes (no
+// string is allocated for a name the caller only compares).
+func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return false
@@ -48,7 +49,7 @@ func eachMember(raw []byte, fn func(name string, value json.RawMessage)) bool {
 		if !ok {
 			return false
 		}
-		name := string(raw[i+1 : end])
+		name := raw[i+1 : end]
 		i = skipSpace(raw, end+1)
 		if i >= len(raw) || raw[i] != ':' {
 			return false
@@ -77,19 +78,25 @@ func eachMember(raw []byte, fn func(name string, value json.RawMessage)) bool {
 // plainString returns the value of raw when it is a JSON string that needs
 // no decoding: no escapes, no control characters, valid UTF-8.
 func plainString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+	if !isPlainString(raw) {
 		return "", false
+	}
+	return string(raw[1 : len(raw)-1]), true
+}
+
+// isPlainString reports whether plainString handles raw, without
+// allocating the string.
+func isPlainString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
 	}
 	inner := raw[1 : len(raw)-1]
 	for _, c := range inner {
 		if c < 0x20 || c == '"' || c == '\\' {
-			return "", false
+			return false
 		}
 	}
-	if !utf8.Valid(inner) {
-		return "", false
-	}
-	return string(inner), true
+	return utf8.Valid(inner)
 }
 
 // plainStringEnd returns the index of the quote closing the string that
@@ -161,38 +168,47 @@ func skipSpace(raw []byte, i int) int {
 // slot a decimal integer without sign, fraction or exponent). ok is false
 // for anything else, which parseLink then decodes in full.
 func plainLink(raw []byte) (Link, bool) {
-	i := skipSpace(raw, 1) // raw[0] is '['
-	if i >= len(raw) || raw[i] != '"' {
+	id, slot, ok := plainLinkBytes(raw)
+	if !ok {
 		return Link{}, false
+	}
+	return Link{Node: string(id), Slot: slot}, true
+}
+
+// plainLinkBytes is plainLink with the id left in raw's bytes, for callers
+// that only look it up.
+func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, 0, false
+	}
+	i := skipSpace(raw, 1)
+	if i >= len(raw) || raw[i] != '"' {
+		return nil, 0, false
 	}
 	end, ok := stringEnd(raw, i)
-	if !ok {
-		return Link{}, false
+	if !ok || !isPlainString(raw[i:end+1]) {
+		return nil, 0, false
 	}
-	id, ok := plainString(raw[i : end+1])
-	if !ok {
-		return Link{}, false
-	}
+	id = raw[i+1 : end]
 	i = skipSpace(raw, end+1)
 	if i >= len(raw) || raw[i] != ',' {
-		return Link{}, false
+		return nil, 0, false
 	}
 	i = skipSpace(raw, i+1)
 	start := i
-	slot := 0
 	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
 		slot = slot*10 + int(raw[i]-'0')
 		i++
 		if i-start > 9 { // beyond 999 999 999: let the full decode judge
-			return Link{}, false
+			return nil, 0, false
 		}
 	}
 	if i == start || (raw[start] == '0' && i-start > 1) {
-		return Link{}, false
+		return nil, 0, false
 	}
 	i = skipSpace(raw, i)
 	if i != len(raw)-1 || raw[i] != ']' {
-		return Link{}, false
+		return nil, 0, false
 	}
-	return Link{Node: id, Slot: slot}, true
+	return id, slot, true
 }

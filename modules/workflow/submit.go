@@ -157,7 +157,9 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 		if ct, ok := f.classType, f.hasClassType; ok {
 			if s, plain := plainString(ct); plain {
 				n.ClassType = s
-			} else if json.Unmarshal(ct, &n.ClassType) != nil {
+			} else if s, ok := unmarshalString(ct); ok {
+				n.ClassType = s
+			} else {
 				bad.add(id, "class_type", ReasonMissingNodeType, "class_type must be a string")
 			}
 		}
@@ -177,6 +179,16 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 		return nil, invalidWorkflow(bad, nil)
 	}
 	return g, nil
+}
+
+// unmarshalString is json.Unmarshal into a string of its own, so that
+// the caller's variables stay off the heap.
+func unmarshalString(raw []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // DecodeGraph decodes a stored API-format workflow (the RawWorkflow of a
@@ -216,8 +228,8 @@ type nodeFields struct {
 // raw is not an object.
 func nodeFieldsOf(raw []byte) (nodeFields, bool) {
 	var f nodeFields
-	pick := func(name string, value json.RawMessage) {
-		switch name {
+	pick := func(name []byte, value json.RawMessage) {
+		switch string(name) {
 		case "class_type":
 			f.classType, f.hasClassType = value, true
 		case "inputs":
@@ -238,7 +250,7 @@ func nodeFieldsOf(raw []byte) (nodeFields, bool) {
 		return f, false
 	}
 	for name, value := range m {
-		pick(name, value)
+		pick([]byte(name), value)
 	}
 	return f, true
 }

@@ -54,9 +54,9 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 	var graphErrs []GraphError
 	ids := sortedIDs(g)
 
-	var outputs []string
+	var outputs []int // places in ids
 	unknownClass := false
-	for _, id := range ids {
+	for i, id := range ids {
 		n := g[id]
 		if !validNodeID(id) {
 			ne.add(id, "", ReasonInvalidNodeID,
@@ -75,15 +75,22 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 			continue
 		}
 		if class.OutputNode {
-			outputs = append(outputs, id)
+			outputs = append(outputs, i)
 		}
 	}
 
-	deps := g.edges()
-	comps := cycles(ids, deps)
-	for _, node := range sortedIDs(comps) {
-		ne.add(node, cycleField(g[node], node, comps), ReasonCycle,
-			"the node is part of a dependency cycle")
+	deps := g.depIndex(ids)
+	if comp := cycleComponents(deps); comp != nil {
+		comps := map[string]int{}
+		for i, c := range comp {
+			if c > 0 {
+				comps[ids[i]] = c
+			}
+		}
+		for _, node := range sortedIDs(comps) {
+			ne.add(node, cycleField(g[node], node, comps), ReasonCycle,
+				"the node is part of a dependency cycle")
+		}
 	}
 
 	if len(outputs) == 0 && !unknownClass {
@@ -92,8 +99,8 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 	}
 
 	live := reachable(outputs, deps)
-	for _, id := range ids {
-		if !live[id] {
+	for i, id := range ids {
+		if !live[i] {
 			continue
 		}
 		n := g[id]
@@ -140,6 +147,13 @@ func checkInputs(ne NodeErrors, g Graph, cat Catalog, id string, n Node, class N
 			}
 			raw, wrapped := unwrapValue(raw)
 			if !wrapped {
+				// The usual link, read without allocating its target's id.
+				if target, slot, ok := plainLinkBytes(raw); ok {
+					if src, found := g[string(target)]; found {
+						checkSource(ne, cat, id, spec, target, src, slot)
+						continue
+					}
+				}
 				if l, kind := parseLink(raw); kind != notLink {
 					checkLink(ne, g, cat, id, spec, l, kind)
 					continue
@@ -161,16 +175,22 @@ func checkLink(ne NodeErrors, g Graph, cat Catalog, id string, spec InputSpec, l
 		ne.add(id, spec.Name, ReasonDanglingLink, "input %q links to node %s, which does not exist", spec.Name, quote(l.Node))
 		return
 	}
+	checkSource(ne, cat, id, spec, []byte(l.Node), src, l.Slot)
+}
+
+// checkSource checks a link from input spec of node id to output slot of
+// the existing node src (whose id is srcID).
+func checkSource(ne NodeErrors, cat Catalog, id string, spec InputSpec, srcID []byte, src Node, slot int) {
 	srcClass, ok := cat[src.ClassType]
 	if !ok {
 		return // the source's unknown class is already reported on it
 	}
-	if l.Slot >= len(srcClass.Outputs) {
+	if slot >= len(srcClass.Outputs) {
 		ne.add(id, spec.Name, ReasonInvalidOutputSlot,
-			"input %q links to output %d of node %s, which has %d output(s)", spec.Name, l.Slot, quote(l.Node), len(srcClass.Outputs))
+			"input %q links to output %d of node %s, which has %d output(s)", spec.Name, slot, quote(string(srcID)), len(srcClass.Outputs))
 		return
 	}
-	if out := srcClass.Outputs[l.Slot]; !typesMatch(out, spec.Type) {
+	if out := srcClass.Outputs[slot]; !typesMatch(out, spec.Type) {
 		ne.add(id, spec.Name, ReasonReturnTypeMismatch,
 			"Return type mismatch between linked nodes: %s, received_type(%s) mismatch input_type(%s)", spec.Name, out, spec.Type)
 	}

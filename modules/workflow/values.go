@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -85,6 +86,17 @@ func checkNumber(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage
 		ne.add(node, spec.Name, ReasonInvalidInputType, "Failed to convert an input value to a %s value", spec.Type)
 		return
 	}
+	if n, ok := smallInt(raw); ok {
+		// The usual integer literal, compared without a big.Float of its
+		// own (parsing one costs several allocations per value).
+		if spec.Min != nil && cmpIntFloat(n, spec.Min) < 0 {
+			ne.add(node, spec.Name, ReasonValueSmallerThanMin, "Value %s smaller than min of %s", raw, spec.Min.Text('g', -1))
+		}
+		if spec.Max != nil && cmpIntFloat(n, spec.Max) > 0 {
+			ne.add(node, spec.Name, ReasonValueBiggerThanMax, "Value %s bigger than max of %s", raw, spec.Max.Text('g', -1))
+		}
+		return
+	}
 	v, ok := parseNumber(string(raw))
 	if !ok || (spec.Type == "INT" && !v.IsInt()) {
 		ne.add(node, spec.Name, ReasonInvalidInputType, "Failed to convert an input value to a %s value", spec.Type)
@@ -95,6 +107,51 @@ func checkNumber(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage
 	}
 	if spec.Max != nil && v.Cmp(spec.Max) > 0 {
 		ne.add(node, spec.Name, ReasonValueBiggerThanMax, "Value %s bigger than max of %s", raw, spec.Max.Text('g', -1))
+	}
+}
+
+// smallInt reads raw when it is a plain JSON integer (optional minus,
+// at most 18 digits: no fraction or exponent), which always fits an int64.
+func smallInt(raw []byte) (int64, bool) {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(raw) {
+		n = -n
+	}
+	return n, true
+}
+
+// cmpIntFloat compares v with b (-1, 0, +1) exactly, without allocating.
+// b.Int64 truncates toward zero and tells on which side of b its result
+// lies; no integer lies strictly between b and that result (outside the
+// int64 range the result is the range's end, beyond which v cannot be).
+func cmpIntFloat(v int64, b *big.Float) int {
+	bi, acc := b.Int64()
+	switch acc {
+	case big.Exact:
+		return cmp.Compare(v, bi)
+	case big.Above: // b < bi
+		if v < bi {
+			return -1
+		}
+		return 1
+	default: // big.Below: bi < b
+		if v <= bi {
+			return -1
+		}
+		return 1
 	}
 }
 
