@@ -31,10 +31,11 @@ func TestRouterOverheadBenchmark(t *testing.T) {
 	if os.Getenv("ROUTER_BENCH") == "" {
 		t.Skip("set ROUTER_BENCH=1 to run the router overhead benchmark")
 	}
-	peer := partner.NewConstant(t)
+	peerURL, peerPID := startPeerProcess(t)
+	inProcess := partner.NewConstant(t)
 	dir := t.TempDir()
 	catalogPath := filepath.Join(dir, "catalog.json")
-	models := []model{{ID: "bench/constant", Adapter: "http", Upstream: peer.URL + "/v1/generate", Credential: "k",
+	models := []model{{ID: "bench/constant", Adapter: "http", Upstream: peerURL + "/v1/generate", Credential: "k",
 		Schema: inputSchema, Price: 1, Deadline: "30s"}}
 	if err := os.WriteFile(catalogPath, catalogJSON(t, models), 0o600); err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ http://:%d {
 	bind 127.0.0.1
 	reverse_proxy %s
 }
-`, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peer.URL, "http://"))
+`, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peerURL, "http://"))
 	g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
 	tok := token(t, claims{ws: "ws-bench"})
 
@@ -80,9 +81,12 @@ http://:%d {
 		name, url string
 		hdr       http.Header
 	}{
-		{"(a) direct to peer", peer.URL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
+		{"(a) direct to peer", peerURL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
 		{"(b) caddy reverse_proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/generate", proxyPort), http.Header{"Content-Type": {"application/json"}}},
 		{"(c) model_router", g.URL + "/v1/models/bench/constant", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + tok}}},
+		// For comparison with tables taken before the peer had a process
+		// of its own: the same peer inside the load generator's process.
+		{"(a0) direct to an in-process peer", inProcess.URL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 512}}
 	for _, tg := range targets { // warm up connections, scripts and caches
@@ -113,7 +117,11 @@ http://:%d {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=4", adminPort))
+			kind := "profile"
+			if os.Getenv("ROUTER_BENCH_TRACE") != "" { // an execution trace instead: go tool trace
+				kind = "trace"
+			}
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/%s?seconds=4", adminPort, kind))
 			if err != nil {
 				t.Errorf("profile: %v", err)
 				return
@@ -137,29 +145,37 @@ http://:%d {
 	p50 := make([][]time.Duration, len(targets))
 	p99 := make([][]time.Duration, len(targets))
 	rps := make([][]float64, len(targets))
-	groups := benchGroups(g.Dir)
+	groups := benchGroups(g.Dir, peerPID)
 	// cpu[i][j]: CPU µs per request of group j (the last: whole machine)
 	// under target i at c=32, one value per round.
 	cpu := make([][][]float64, len(targets))
 	for i := range cpu {
 		cpu[i] = make([][]float64, len(groups)+1)
 	}
-	// Per (c) request at c=32: EVALSHAs, and the µs Redis spent in them.
-	var scriptCalls, scriptUsec []float64
+	// Per (c) request at c=32: EVALSHAs, and the µs Redis spent in them;
+	// at c=1: EVALSHAs. gw1[i]: gateway CPU µs per request at c=1.
+	var scriptCalls, scriptUsec, scriptCalls1 []float64
+	gw1 := make([][]float64, len(targets))
 	for range rounds { // interleaved rounds, median of the rounds
 		for i, tg := range targets {
-			lat, _, err := load(hc, tg.url, tg.hdr, 1, 2*time.Second)
+			before, rs := sampleCPU(groups), redisScriptStats(t)
+			lat, r, err := load(hc, tg.url, tg.hdr, 1, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
 			p50[i] = append(p50[i], pct(lat, 50))
 			p99[i] = append(p99[i], pct(lat, 99))
-			before, rs := sampleCPU(groups), redisScriptStats(t)
-			lat, r, err := load(hc, tg.url, tg.hdr, 32, 2*time.Second)
+			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
+			gw1[i] = append(gw1[i], per[0])
+			if i == 2 {
+				scriptCalls1 = append(scriptCalls1, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
+			}
+			before, rs = sampleCPU(groups), redisScriptStats(t)
+			lat, r, err = load(hc, tg.url, tg.hdr, 32, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
-			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
+			per, machine = perRequest(before, sampleCPU(groups), float64(len(lat)))
 			if i == 2 {
 				after := redisScriptStats(t)
 				scriptCalls = append(scriptCalls, (after.calls-rs.calls)/float64(len(lat)))
@@ -181,8 +197,9 @@ http://:%d {
 		fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
 			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
 	}
-	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them (below)\n",
-		medf(rps[2])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond), limits.RoundTrips(0, 0))
+	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v); Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them (below)\n",
+		medf(rps[2])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond), (med(p50[2]) - med(p50[3])).Round(time.Microsecond),
+		limits.RoundTrips(0, 0))
 	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
 	for _, gr := range groups {
 		fmt.Fprintf(&out, " %s |", gr.name)
@@ -195,6 +212,11 @@ http://:%d {
 		}
 		out.WriteString("\n")
 	}
+	fmt.Fprintf(&out, "c=1: gateway CPU µs per request:")
+	for i, tg := range targets[1:3] {
+		fmt.Fprintf(&out, " %s %.0f;", tg.name, medf(gw1[i+1]))
+	}
+	fmt.Fprintf(&out, " (c) %.2f EVALSHA (= Redis round trips) per request\n", medf(scriptCalls1))
 	fmt.Fprintf(&out, "(c) at c=32: %.2f EVALSHA per request (one workspace: that is also Redis round trips per request), %.1f µs of Redis time in them per request (INFO commandstats; any other client of the server adds to both)\n",
 		medf(scriptCalls), medf(scriptUsec))
 	t.Log(out.String())

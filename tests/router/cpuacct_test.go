@@ -28,16 +28,17 @@ type cpuGroup struct {
 }
 
 // benchGroups: the gateway (its working directory is gwDir), this test
-// process (load generator and peer), redis-server and every postgres
-// process.
-func benchGroups(gwDir string) []cpuGroup {
+// process (the load generator), the peer's process, redis-server and every
+// postgres process.
+func benchGroups(gwDir string, peerPID int) []cpuGroup {
 	self := os.Getpid()
 	return []cpuGroup{
 		{"gateway", func(pid int, _ string) bool {
 			d, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
 			return err == nil && d == gwDir
 		}},
-		{"load+peer", func(pid int, _ string) bool { return pid == self }},
+		{"load", func(pid int, _ string) bool { return pid == self }},
+		{"peer", func(pid int, _ string) bool { return pid == peerPID }},
 		{"redis", func(_ int, comm string) bool { return comm == "redis-server" }},
 		{"postgres", func(_ int, comm string) bool { return comm == "postgres" }},
 	}
