@@ -148,12 +148,18 @@ type detailResponse struct {
 	InputSchemaURL string `json:"input_schema_url,omitempty"`
 }
 
-func (h *Handler) serveDetail(w http.ResponseWriter, r *http.Request, id string) error {
+// callerModel resolves the model named in the path for the authenticated
+// caller (see model).
+func (h *Handler) callerModel(r *http.Request, id string) (*catalog.Model, error) {
 	_, aud, err := h.caller(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m, err := h.model(id, aud)
+	return h.model(id, aud)
+}
+
+func (h *Handler) serveDetail(w http.ResponseWriter, r *http.Request, id string) error {
+	m, err := h.callerModel(r, id)
 	if err != nil {
 		return err
 	}
@@ -176,11 +182,7 @@ func (h *Handler) schemaURL(r *http.Request, m *catalog.Model) string {
 const schemaCacheControl = "private, must-revalidate"
 
 func (h *Handler) serveSchema(w http.ResponseWriter, r *http.Request, id string) error {
-	_, aud, err := h.caller(r)
-	if err != nil {
-		return err
-	}
-	m, err := h.model(id, aud)
+	m, err := h.callerModel(r, id)
 	if err != nil {
 		return err
 	}
@@ -254,7 +256,7 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) e
 		if errors.As(err, &mbe) {
 			return invalidInput(fmt.Sprintf("the request body exceeds %d bytes", h.MaxBodyBytes))
 		}
-		return apierr.New(499, calls.BucketClientDisconnected, "the client closed the request").WithCause(err)
+		return calls.ClientClosed().WithCause(err)
 	}
 	if m.Validator != nil {
 		details, err := m.Validator.ValidateJSON(body)

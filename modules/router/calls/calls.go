@@ -195,6 +195,18 @@ func routerErr(status int, bucket, msg string) *apierr.Error {
 	return apierr.New(status, bucket, msg)
 }
 
+// ClientClosed is the answer (logged, never read) to a caller that hung up.
+func ClientClosed() *apierr.Error {
+	return routerErr(499, BucketClientDisconnected, "the client closed the request")
+}
+
+// recordStoreUnavailable is the answer when the call records cannot be
+// read or written.
+func recordStoreUnavailable(err error) *apierr.Error {
+	return routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
+		"the call record store is unavailable; retry with backoff").WithCause(err)
+}
+
 // retryAfterSeconds rounds a poll interval up to whole seconds, at least 1.
 func retryAfterSeconds(d time.Duration) int {
 	return max(1, int((d+time.Second-1)/time.Second))
@@ -216,8 +228,7 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 			return s.existing(ctx, req, holder)
 		}
 		if err != nil {
-			return nil, routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
-				"the call record store is unavailable; retry with backoff").WithCause(err)
+			return nil, recordStoreUnavailable(err)
 		}
 	}
 	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, limits.Call{ID: req.RequestID, Cents: m.PriceCents}, s.cfg.Limits)

@@ -100,7 +100,7 @@ func (s *Service) collect(ctx context.Context, req Request, holder storage.Route
 		}
 		select {
 		case <-ctx.Done():
-			return nil, routerErr(499, BucketClientDisconnected, "the client closed the request").WithCause(ctx.Err())
+			return nil, ClientClosed().WithCause(ctx.Err())
 		case <-deadline.C:
 			retry := 0
 			if len(rec.ProviderHandle) > 0 {
@@ -114,8 +114,7 @@ func (s *Service) collect(ctx context.Context, req Request, holder storage.Route
 			if ctx.Err() != nil {
 				continue
 			}
-			return nil, routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
-				"the call record store is unavailable; retry with backoff").WithCause(err)
+			return nil, recordStoreUnavailable(err)
 		}
 	}
 }
@@ -142,8 +141,7 @@ func (s *Service) takeOver(ctx context.Context, req Request, rec storage.RouterC
 	}
 	won, err := s.cfg.Store.ClaimStaleRouterCall(ctx, rec.RequestID, s.cfg.TakeoverAfter)
 	if err != nil {
-		return routerErr(http.StatusServiceUnavailable, BucketServiceUnavailable,
-			"the call record store is unavailable; retry with backoff").WithCause(err)
+		return recordStoreUnavailable(err)
 	}
 	if !won {
 		return nil // another retry took it over, or the owner woke up

@@ -117,7 +117,7 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	}
 	s.recordAsync(ctx, rec, keyed, storage.RouterAnswered, bucket, status, out, charged, true)
 	if ctx.Err() != nil {
-		return nil, routerErr(499, BucketClientDisconnected, "the client closed the request").WithCause(ctx.Err())
+		return nil, ClientClosed().WithCause(ctx.Err())
 	}
 	return &Response{Status: out.Status, ContentType: out.ContentType, Body: out.Body, Bucket: out.Bucket}, nil
 }
