@@ -175,30 +175,76 @@ func (s *Store) DeleteExpiredRouterKeys(ctx context.Context, t time.Time) (int, 
 	return int(tag.RowsAffected()), nil
 }
 
-// RecordRouterCalls upserts finished keyless records in one pipelined batch:
-// one round trip, one commit (and one WAL flush) for many calls.
+// RecordRouterCalls upserts the batch in one multi-row statement: Postgres
+// parses, plans and executes it once per batch rather than once per record,
+// and all rows land or none. One statement cannot touch a row twice, so a
+// request id that occurs twice keeps only its last record: the row that
+// upserting them one by one would leave, since a request's workspace, model
+// and reservation never change between its records.
 func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCall) error {
+	calls = lastPerRequest(calls)
 	if len(calls) == 0 {
 		return nil
 	}
-	batch := &pgx.Batch{}
-	for _, c := range calls {
-		batch.Queue(`INSERT INTO router_calls (request_id, workspace_id, model_id, state, bucket, http_status,
-				reserved_cents, charged_cents, provider_handle, fingerprint, response_status,
-				response_content_type, response_body, replayable, finished_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14, $15)
-			ON CONFLICT (request_id) DO UPDATE SET state = excluded.state, bucket = excluded.bucket,
-				http_status = excluded.http_status, charged_cents = excluded.charged_cents,
-				provider_handle = excluded.provider_handle, response_status = excluded.response_status,
-				response_content_type = excluded.response_content_type, response_body = excluded.response_body,
-				replayable = excluded.replayable, finished_at = excluded.finished_at, updated_at = now()`,
-			c.RequestID, c.WorkspaceID, c.ModelID, stateOr(c.State), c.Bucket, c.HTTPStatus, c.ReservedCents,
-			c.ChargedCents, handleArg(c.ProviderHandle), c.Fingerprint, c.ResponseStatus, c.ResponseContentType,
-			c.ResponseBody, c.Replayable, c.FinishedAt)
+	n := len(calls)
+	var (
+		ids, workspaces, models, states = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		buckets, fingerprints, types    = make([]string, n), make([]string, n), make([]string, n)
+		statuses, responseStatuses      = make([]int32, n), make([]int32, n)
+		reserved, charged               = make([]int64, n), make([]int64, n)
+		handles                         = make([]*string, n)
+		bodies                          = make([][]byte, n)
+		replayable                      = make([]bool, n)
+		finished                        = make([]*time.Time, n)
+	)
+	for i, c := range calls {
+		ids[i], workspaces[i], models[i], states[i] = c.RequestID, c.WorkspaceID, c.ModelID, stateOr(c.State)
+		buckets[i], fingerprints[i], types[i] = c.Bucket, c.Fingerprint, c.ResponseContentType
+		statuses[i], responseStatuses[i] = int32(c.HTTPStatus), int32(c.ResponseStatus)
+		reserved[i], charged[i] = c.ReservedCents, c.ChargedCents
+		if c.ProviderHandle != nil {
+			h := string(c.ProviderHandle)
+			handles[i] = &h
+		}
+		bodies[i], replayable[i], finished[i] = c.ResponseBody, c.Replayable, c.FinishedAt
 	}
-	// A batch outside a transaction runs as one implicit transaction (one
-	// Sync at its end): all rows or none, in one round trip.
-	return mapErr("record router calls", s.pool.SendBatch(ctx, batch).Close())
+	_, err := s.pool.Exec(ctx, `INSERT INTO router_calls (request_id, workspace_id, model_id, state, bucket, http_status,
+			reserved_cents, charged_cents, provider_handle, fingerprint, response_status,
+			response_content_type, response_body, replayable, finished_at)
+		SELECT r.id, r.ws, r.model, r.state, r.bucket, r.status, r.reserved, r.charged, r.handle::jsonb,
+			r.fingerprint, r.rstatus, r.rtype, r.body, r.replayable, r.finished
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::bigint[],
+			$8::bigint[], $9::text[], $10::text[], $11::int[], $12::text[], $13::bytea[], $14::bool[],
+			$15::timestamptz[])
+			AS r(id, ws, model, state, bucket, status, reserved, charged, handle, fingerprint, rstatus, rtype,
+				body, replayable, finished)
+		ON CONFLICT (request_id) DO UPDATE SET state = excluded.state, bucket = excluded.bucket,
+			http_status = excluded.http_status, charged_cents = excluded.charged_cents,
+			provider_handle = excluded.provider_handle, response_status = excluded.response_status,
+			response_content_type = excluded.response_content_type, response_body = excluded.response_body,
+			replayable = excluded.replayable, finished_at = excluded.finished_at, updated_at = now()`,
+		ids, workspaces, models, states, buckets, statuses, reserved, charged, handles, fingerprints,
+		responseStatuses, types, bodies, replayable, finished)
+	return mapErr("record router calls", err)
+}
+
+// lastPerRequest drops every record a later one of the same request
+// replaces, keeping the order of the rest.
+func lastPerRequest(calls []storage.RouterCall) []storage.RouterCall {
+	last := make(map[string]int, len(calls))
+	for i, c := range calls {
+		last[c.RequestID] = i
+	}
+	if len(last) == len(calls) {
+		return calls
+	}
+	kept := make([]storage.RouterCall, 0, len(last))
+	for i, c := range calls {
+		if last[c.RequestID] == i {
+			kept = append(kept, c)
+		}
+	}
+	return kept
 }
 
 func stateOr(s string) string {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -249,6 +250,35 @@ func testRouterRecordBatch(t *testing.T, st storage.RouterStore) {
 	}
 	if err := st.RecordRouterCalls(ctx(t), nil); err != nil {
 		t.Errorf("empty batch: %v", err)
+	}
+
+	// One request twice in a batch: the later record wins, as one by one;
+	// a handle, a body and no finish time survive the trip.
+	first := newRouterCall(ws, "")
+	first.State, first.HTTPStatus, first.Bucket = storage.RouterConsumed, 504, "deadline_exceeded"
+	second := first
+	second.State, second.HTTPStatus, second.Bucket, second.ChargedCents = storage.RouterAnswered, 200, "", 7
+	second.ProviderHandle, second.ResponseBody, second.ResponseContentType = []byte(`{"id":"gen-1"}`), []byte("png"), "image/png"
+	other := newRouterCall(ws, "")
+	other.FinishedAt = nil
+	if err := st.RecordRouterCalls(ctx(t), []storage.RouterCall{first, other, second}); err != nil {
+		t.Fatalf("RecordRouterCalls with a repeated request: %v", err)
+	}
+	got, err := st.GetRouterCall(ctx(t), first.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != storage.RouterAnswered || got.HTTPStatus != 200 || got.Bucket != "" || got.ChargedCents != 7 ||
+		string(got.ResponseBody) != "png" || got.ResponseContentType != "image/png" {
+		t.Errorf("repeated request = %+v, want the later record", got)
+	}
+	var h map[string]string
+	if err := json.Unmarshal(got.ProviderHandle, &h); err != nil || h["id"] != "gen-1" {
+		t.Errorf("provider handle %q (%v)", got.ProviderHandle, err)
+	}
+	if got, err := st.GetRouterCall(ctx(t), other.RequestID); err != nil || got.ProviderHandle != nil ||
+		got.ResponseBody != nil || got.FinishedAt != nil {
+		t.Errorf("record without handle, body or finish = %+v (%v)", got, err)
 	}
 }
 
