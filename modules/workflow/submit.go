@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/storage/jsonsyntax"
 )
 
 // Submission is a parsed POST /api/v2/jobs body.
@@ -50,7 +51,7 @@ func ParseSubmit(body []byte, lim Limits) (*Submission, error) {
 	// Validate the syntax once; every level below is then split without
 	// re-validating (objectMembers), falling back to json.Unmarshal only
 	// for member names it does not decode itself.
-	if !json.Valid(body) {
+	if !jsonsyntax.Valid(body) { // json.Valid's answer, faster
 		var v any
 		err := json.Unmarshal(body, &v) // for the error's detail
 		return nil, apierr.InvalidRequest("the body is not a valid JSON object").WithCause(err)
