@@ -99,13 +99,11 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	expires, keys := make([]time.Time, n), make([]*string, n)
 	byID := make(map[string]*createReq, n)
 	for i, r := range reqs {
-		id, _ := uuid.Parse(r.j.ID) // CreateJob refused any ID that is not a UUID
 		ids[i], accounts[i], workflows[i], expires[i] = r.j.ID, r.j.AccountID, string(r.j.Workflow), r.j.ExpiresAt
 		if r.j.IdempotencyKey != "" {
-			k := r.j.IdempotencyKey
-			keys[i] = &k
+			keys[i] = &r.j.IdempotencyKey
 		}
-		byID[id.String()] = r // the form id::text returns
+		byID[canonicalUUID(r.j.ID)] = r // the form id::text returns
 	}
 	rows, err := s.pool.Query(ctx, createBatchSQL, reqs[0].j.Pool, ids, accounts, workflows, expires, keys,
 		reqs[0].j.MaxQueued)
@@ -148,4 +146,26 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 		}
 		row.r.inserted = true
 	}
+}
+
+// canonicalUUID returns id (which CreateJob checked is a UUID) in the form
+// id::text returns: lower case with hyphens. The usual ID, from
+// uuid.NewString, is already in that form and is returned as it is.
+func canonicalUUID(id string) string {
+	if len(id) == 36 {
+		canonical := true
+		for i := 0; i < len(id) && canonical; i++ {
+			switch c := id[i]; {
+			case i == 8 || i == 13 || i == 18 || i == 23:
+				canonical = c == '-'
+			default:
+				canonical = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
+			}
+		}
+		if canonical {
+			return id
+		}
+	}
+	u, _ := uuid.Parse(id)
+	return u.String()
 }

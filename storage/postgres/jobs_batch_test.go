@@ -268,3 +268,15 @@ func TestCreateJobWaitingCanceled(t *testing.T) {
 		t.Errorf("GetJob of the batched create: %v", err)
 	}
 }
+
+// canonicalUUID gives the form Postgres's id::text returns, for every
+// spelling uuid.Parse accepts.
+func TestCanonicalUUID(t *testing.T) {
+	for _, id := range []string{"0b3e6a0e-6f4f-4a4e-9d7e-2c1f1c0e9a11", "0B3E6A0E-6F4F-4A4E-9D7E-2C1F1C0E9A11",
+		"{0b3e6a0e-6f4f-4a4e-9d7e-2c1f1c0e9a11}", "urn:uuid:0b3e6a0e-6f4f-4a4e-9d7e-2c1f1c0e9a11",
+		"0b3e6a0e6f4f4a4e9d7e2c1f1c0e9a11"} {
+		if got := canonicalUUID(id); got != "0b3e6a0e-6f4f-4a4e-9d7e-2c1f1c0e9a11" {
+			t.Errorf("canonicalUUID(%q) = %q", id, got)
+		}
+	}
+}
