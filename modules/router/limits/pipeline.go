@@ -101,10 +101,13 @@ type pipeliner struct {
 	// and busy: whoever sets busy takes the lingering ops along.
 	lingering  []*op
 	flushTimer *time.Timer
+	idle       *sync.Cond // broadcast when busy ends; drain waits on it
 }
 
 func newPipeliner(client redis.UniversalClient, script *luaScript) *pipeliner {
-	return &pipeliner{client: client, script: script, linger: startLinger}
+	p := &pipeliner{client: client, script: script, linger: startLinger}
+	p.idle = sync.NewCond(&p.mu)
+	return p
 }
 
 // do runs o and returns its reply. The context bounds nothing once o is
@@ -157,15 +160,24 @@ func (p *pipeliner) flush() {
 	p.lead(batch)
 }
 
-// drain sends any lingering ops now and returns when they are done; for
-// Close, so that no started op is lost with the client.
+// drain sends any lingering ops now and returns once nothing is on the
+// wire or queued; for Close, so that no started op is lost with the client.
 func (p *pipeliner) drain() {
 	p.mu.Lock()
-	if p.flushTimer != nil {
-		p.flushTimer.Stop()
+	for {
+		if p.busy {
+			p.idle.Wait()
+			continue
+		}
+		if len(p.lingering) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		batch := p.takeLingering(nil)
+		p.mu.Unlock()
+		p.lead(batch)
+		p.mu.Lock()
 	}
-	p.mu.Unlock()
-	p.flush()
 }
 
 // enqueue returns the batch o's caller must send now, o last behind any
@@ -204,6 +216,7 @@ func (p *pipeliner) lead(batch []*op) {
 	p.queue = nil
 	if len(next) == 0 {
 		p.busy = false
+		p.idle.Broadcast()
 	}
 	p.mu.Unlock()
 	if len(next) > 0 {

@@ -346,3 +346,65 @@ func TestCloseSendsLingeringSettles(t *testing.T) {
 		t.Fatalf("%d in flight, %d cents (%v) after Close, want 0, 0", n, cents, err)
 	}
 }
+
+// gate holds every pipeline until released, and reports each arrival.
+type gate struct {
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		g.arrived <- struct{}{}
+		<-g.release
+		return next(ctx, cmds)
+	}
+}
+
+// TestCloseWaitsForQueuedSettles: a settle queued behind a pipeline on the
+// wire has reached Redis when Close returns.
+func TestCloseWaitsForQueuedSettles(t *testing.T) {
+	r, _ := countingRedis(t, time.Hour)
+	ctx := context.Background()
+	lim := Limits{MaxInFlight: 2}
+	first, err := r.Admit(ctx, "queued", Call{ID: "first", Cents: 3}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{arrived: make(chan struct{}, 8), release: make(chan struct{})}
+	r.pipe.client.AddHook(g)
+	admitted := make(chan error, 1)
+	go func() {
+		l, err := r.Admit(ctx, "queued", Call{ID: "second", Cents: 4}, lim)
+		if err == nil {
+			err = l.Settle(ctx, 0) // after Close's drain or before: either way it must not hang
+		}
+		admitted <- err
+	}()
+	<-g.arrived // the second admission is on the wire
+	first.SettleOrdered(0, func(error) {})
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a pipeline was on the wire", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(g.release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewRedis(r.client, r.prefix, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "first" is settled; "second" may still hold its lease.
+	if n, cents, err := other.Inspect(ctx, "queued"); err != nil || cents > 4 || n > 1 {
+		t.Fatalf("%d in flight, %d cents (%v) after Close: the queued settle was not sent", n, cents, err)
+	}
+	if err := <-admitted; err != nil {
+		t.Fatal(err)
+	}
+}
