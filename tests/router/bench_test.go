@@ -74,7 +74,7 @@ http://:%d {
 	reverse_proxy %s
 }
 `, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peerURL, "http://"))
-	g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
+	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))})
 	tok := token(t, claims{ws: "ws-bench"})
 
 	targets := []struct {
