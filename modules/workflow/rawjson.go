@@ -22,7 +22,7 @@ import (
 // to json.Unmarshal).
 func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
 	m := map[string]json.RawMessage{}
-	if !eachMember(raw, func(name []byte, value json.RawMessage) { m[string(name)] = value }) {
+	if !eachMember(raw, func(name []byte, value json.RawMessage) { m[intern(name)] = value }) {
 		return nil, false
 	}
 	return m, true

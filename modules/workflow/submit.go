@@ -156,8 +156,8 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 		var n Node
 		var err error
 		if ct, ok := f.classType, f.hasClassType; ok {
-			if s, plain := plainString(ct); plain {
-				n.ClassType = s
+			if isPlainString(ct) {
+				n.ClassType = intern(ct[1 : len(ct)-1])
 			} else if s, ok := unmarshalString(ct); ok {
 				n.ClassType = s
 			} else {
