@@ -13,17 +13,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/bus"
-	"github.com/comfygate/comfygate/storage/internal/combine"
+	"github.com/comfygate/comfygate/storage/internal/redispipe"
 )
 
 // Bus is a bus.Bus over Redis pub/sub.
 type Bus struct {
 	*bus.Hub
-	client  *redis.Client
+	// pipe sends publishes, together with the process's other commands to
+	// the same Redis (idempotency claims) that are waiting, as one
+	// pipeline, in order: one round trip and system call for many.
+	pipe    *redispipe.Pipe
 	channel string
-	// publishes sends concurrent publishes as one pipeline: one round trip
-	// and system call for many.
-	publishes *combine.Combiner[*publishReq]
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -33,25 +33,17 @@ type Bus struct {
 // New returns a bus on the Redis at url using channel <prefix>events. It does
 // not dial until Start.
 func New(url, prefix string) (*Bus, error) {
-	opt, err := redis.ParseURL(url)
+	pipe, err := redispipe.Open(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisbus: %w", err)
 	}
-	b := &Bus{Hub: bus.NewHub(), client: redis.NewClient(opt), channel: prefix + "events"}
-	b.publishes = &combine.Combiner[*publishReq]{Timeout: 10 * time.Second, Run: b.publishBatch}
-	return b, nil
-}
-
-// publishReq is one Publish in a pipeline.
-type publishReq struct {
-	payload []byte
-	err     error
+	return &Bus{Hub: bus.NewHub(), pipe: pipe, channel: prefix + "events"}, nil
 }
 
 // Start subscribes and delivers until Close. It returns once the
 // subscription is confirmed, so events published afterwards are seen.
 func (b *Bus) Start(ctx context.Context) error {
-	sub := b.client.Subscribe(ctx, b.channel)
+	sub := b.pipe.Client().Subscribe(ctx, b.channel)
 	if _, err := sub.Receive(ctx); err != nil {
 		sub.Close()
 		return fmt.Errorf("redisbus: subscribing: %w", err)
@@ -91,33 +83,15 @@ func (b *Bus) Publish(ctx context.Context, e bus.Event) error {
 	if err != nil {
 		return err
 	}
-	r := &publishReq{payload: payload}
-	alone, err := b.publishes.Do(ctx, r)
-	if err != nil {
-		// r may still be in a running batch: leave it alone.
+	cmd := redis.NewIntCmd(ctx, "publish", b.channel, payload)
+	if err := b.pipe.Do(ctx, cmd); err != nil {
+		// cmd may still be in a running pipeline: leave it alone.
 		return fmt.Errorf("redisbus: publishing: %w", err)
 	}
-	if alone {
-		defer b.publishes.Leave()
-		r.err = b.client.Publish(ctx, b.channel, payload).Err()
-	}
-	if r.err != nil {
-		return fmt.Errorf("redisbus: publishing: %w", r.err)
+	if err := cmd.Err(); err != nil {
+		return fmt.Errorf("redisbus: publishing: %w", err)
 	}
 	return nil
-}
-
-// publishBatch sends the publishes of a batch, in order, as one pipeline.
-func (b *Bus) publishBatch(ctx context.Context, reqs []*publishReq) {
-	pipe := b.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(reqs))
-	for i, r := range reqs {
-		cmds[i] = pipe.Publish(ctx, b.channel, r.payload)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, r := range reqs {
-		r.err = cmds[i].Err()
-	}
 }
 
 // Close stops delivery and closes the connection.
@@ -128,7 +102,7 @@ func (b *Bus) Close() error {
 			b.cancel()
 			<-b.done
 		}
-		err = b.client.Close()
+		err = b.pipe.Close()
 	})
 	return err
 }

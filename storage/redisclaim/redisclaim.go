@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage"
-	"github.com/comfygate/comfygate/storage/internal/combine"
+	"github.com/comfygate/comfygate/storage/internal/redispipe"
 )
 
 // maxRawKey is the longest client key stored verbatim. Longer keys are
@@ -27,19 +27,11 @@ const maxRawKey = 64
 
 // Store is a storage.ClaimStore on one Redis client.
 type Store struct {
-	client *redis.Client
+	// pipe sends claims, together with the process's other commands to
+	// the same Redis (bus publishes) that are waiting, as one pipeline:
+	// one round trip and system call for many, each with its own answer.
+	pipe   *redispipe.Pipe
 	prefix string
-	// claims sends concurrent claims to Redis as one pipeline: one round
-	// trip and system call for many, with each claim's own answer.
-	claims *combine.Combiner[*claimReq]
-}
-
-// claimReq is one Claim in a pipeline.
-type claimReq struct {
-	key string
-	ttl time.Duration
-	ok  bool
-	err error
 }
 
 var _ storage.ClaimStore = (*Store)(nil)
@@ -48,14 +40,12 @@ var _ storage.ClaimStore = (*Store)(nil)
 // the first command connects, so configuration can be validated offline.
 // Every key the store writes starts with prefix (for example "comfygate:").
 func New(url string, prefix string) (*Store, error) {
-	opts, err := redis.ParseURL(url)
+	pipe, err := redispipe.Open(url)
 	if err != nil {
 		// ParseURL's errors do not echo the URL, so no password leaks.
 		return nil, fmt.Errorf("redisclaim: parse url: %w", err)
 	}
-	s := &Store{client: redis.NewClient(opts), prefix: prefix}
-	s.claims = &combine.Combiner[*claimReq]{Timeout: 10 * time.Second, Run: s.claimBatch}
-	return s, nil
+	return &Store{pipe: pipe, prefix: prefix}, nil
 }
 
 // Key returns the Redis key holding scope/key's claim:
@@ -77,46 +67,31 @@ func (s *Store) Claim(ctx context.Context, scope, key string, ttl time.Duration)
 	}
 	// SET key 1 PX ttl NX: atomic test-and-take with the expiry attached,
 	// so a crash between taking and expiring cannot leave a permanent key.
-	r := &claimReq{key: s.Key(scope, key), ttl: ttl}
-	alone, err := s.claims.Do(ctx, r)
-	if err != nil {
-		// r may still be in a running batch: leave it alone.
+	ms := max(ttl.Milliseconds(), 1)
+	cmd := redis.NewBoolCmd(ctx, "set", s.Key(scope, key), "1", "px", ms, "nx")
+	if err := s.pipe.Do(ctx, cmd); err != nil {
+		// cmd may still be in a running pipeline: leave it alone.
 		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
 	}
-	if alone {
-		defer s.claims.Leave()
-		r.ok, r.err = s.client.SetNX(ctx, r.key, "1", ttl).Result()
+	ok, err := cmd.Result()
+	if err != nil {
+		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
 	}
-	if r.err != nil {
-		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, r.err)
-	}
-	return r.ok, nil
-}
-
-// claimBatch sends the claims of a batch as one pipeline.
-func (s *Store) claimBatch(ctx context.Context, reqs []*claimReq) {
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.BoolCmd, len(reqs))
-	for i, r := range reqs {
-		cmds[i] = pipe.SetNX(ctx, r.key, "1", r.ttl)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, r := range reqs {
-		r.ok, r.err = cmds[i].Result()
-	}
+	return ok, nil
 }
 
 // Release frees scope/key. Releasing a key nobody holds is not an error.
 func (s *Store) Release(ctx context.Context, scope, key string) error {
-	if err := s.client.Del(ctx, s.Key(scope, key)).Err(); err != nil {
+	if err := s.pipe.Client().Del(ctx, s.Key(scope, key)).Err(); err != nil {
 		return fmt.Errorf("redisclaim: release %s: %w", scope, err)
 	}
 	return nil
 }
 
-// Close closes the client's connections.
+// Close releases the store's use of the shared client; the last user's
+// Close closes its connections.
 func (s *Store) Close() error {
-	if err := s.client.Close(); err != nil {
+	if err := s.pipe.Close(); err != nil {
 		return fmt.Errorf("redisclaim: close: %w", err)
 	}
 	return nil
