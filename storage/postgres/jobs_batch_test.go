@@ -164,8 +164,15 @@ func createBatched(t *testing.T, st *Store, jobs []storage.NewJob) ([]storage.Jo
 			out[i], errs[i] = st.CreateJob(context.Background(), j)
 		}()
 	}
-	wg.Wait()
+	// Hold the slot until every create waits for a batch, so none goes
+	// out alone, whatever createInflight is.
+	for deadline := time.Now().Add(30 * time.Second); st.creates.Pending() < len(jobs); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d creates waiting for a batch", st.creates.Pending(), len(jobs))
+		}
+	}
 	st.creates.Leave()
+	wg.Wait()
 	return out, errs, rows
 }
 
@@ -242,7 +249,15 @@ func TestCreateJobWaitingCanceled(t *testing.T) {
 		_, err := st.CreateJob(context.Background(), held)
 		heldDone <- err
 	}()
-	<-started // held's batch took the second slot and is held
+	// held's batch starts in a free slot: at once when there is a second
+	// one, else when the pretended create leaves.
+	if createInflight == 1 {
+		for st.creates.Pending() == 0 {
+			runtime.Gosched()
+		}
+		st.creates.Leave()
+	}
+	<-started // held's batch is running, held at the gate, and no slot is free
 	ctx, cancel := context.WithCancel(context.Background())
 	waitingDone := make(chan error)
 	go func() {
@@ -260,7 +275,9 @@ func TestCreateJobWaitingCanceled(t *testing.T) {
 	if err := <-heldDone; err != nil {
 		t.Fatal(err)
 	}
-	st.creates.Leave()
+	if createInflight > 1 {
+		st.creates.Leave()
+	}
 	if _, err := st.GetJob(context.Background(), "a", waiting.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("GetJob of the canceled create: %v, want ErrNotFound", err)
 	}
