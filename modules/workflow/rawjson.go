@@ -3,6 +3,8 @@ package workflow
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/comfygate/comfygate/storage/jsonsyntax"
 )
 
 // Fast paths for the JSON shapes every submit is made of (objects with
@@ -33,13 +35,13 @@ func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
 // the caller must discard what it gathered. name is raw's own bytes (no
 // string is allocated for a name the caller only compares).
 func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
-	i := skipSpace(raw, 0)
+	i := jsonsyntax.SkipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return false
 	}
-	i = skipSpace(raw, i+1)
+	i = jsonsyntax.SkipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return skipSpace(raw, i+1) == len(raw)
+		return jsonsyntax.SkipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
@@ -50,25 +52,25 @@ func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 			return false
 		}
 		name := raw[i+1 : end]
-		i = skipSpace(raw, end+1)
+		i = jsonsyntax.SkipSpace(raw, end+1)
 		if i >= len(raw) || raw[i] != ':' {
 			return false
 		}
-		start := skipSpace(raw, i+1)
+		start := jsonsyntax.SkipSpace(raw, i+1)
 		stop, ok := valueEnd(raw, start)
 		if !ok {
 			return false
 		}
 		fn(name, raw[start:stop:stop])
-		i = skipSpace(raw, stop)
+		i = jsonsyntax.SkipSpace(raw, stop)
 		if i >= len(raw) {
 			return false
 		}
 		switch raw[i] {
 		case ',':
-			i = skipSpace(raw, i+1)
+			i = jsonsyntax.SkipSpace(raw, i+1)
 		case '}':
-			return skipSpace(raw, i+1) == len(raw)
+			return jsonsyntax.SkipSpace(raw, i+1) == len(raw)
 		default:
 			return false
 		}
@@ -152,18 +154,6 @@ func valueEnd(raw []byte, start int) (int, bool) {
 	return j, j > start
 }
 
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) {
-		switch raw[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
 // plainLink reads the common link form `["id", slot]` (plain id string,
 // slot a decimal integer without sign, fraction or exponent). ok is false
 // for anything else, which parseLink then decodes in full.
@@ -181,7 +171,7 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, 0, false
 	}
-	i := skipSpace(raw, 1)
+	i := jsonsyntax.SkipSpace(raw, 1)
 	if i >= len(raw) || raw[i] != '"' {
 		return nil, 0, false
 	}
@@ -190,11 +180,11 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 		return nil, 0, false
 	}
 	id = raw[i+1 : end]
-	i = skipSpace(raw, end+1)
+	i = jsonsyntax.SkipSpace(raw, end+1)
 	if i >= len(raw) || raw[i] != ',' {
 		return nil, 0, false
 	}
-	i = skipSpace(raw, i+1)
+	i = jsonsyntax.SkipSpace(raw, i+1)
 	start := i
 	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
 		slot = slot*10 + int(raw[i]-'0')
@@ -206,7 +196,7 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 	if i == start || (raw[start] == '0' && i-start > 1) {
 		return nil, 0, false
 	}
-	i = skipSpace(raw, i)
+	i = jsonsyntax.SkipSpace(raw, i)
 	if i != len(raw)-1 || raw[i] != ']' {
 		return nil, 0, false
 	}

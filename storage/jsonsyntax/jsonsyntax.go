@@ -16,7 +16,7 @@ func Valid(b []byte) bool {
 	// stack holds, per open container, '{' or '['.
 	var buf [64]byte
 	stack := buf[:0]
-	i := skipSpace(b, 0)
+	i := SkipSpace(b, 0)
 	for {
 		// A value starts at b[i].
 		if i >= len(b) {
@@ -28,7 +28,7 @@ func Valid(b []byte) bool {
 				return false
 			}
 			stack = append(stack, c)
-			i = skipSpace(b, i+1)
+			i = SkipSpace(b, i+1)
 			if i < len(b) && b[i] == c+2 { // '}' or ']': empty container
 				stack = stack[:len(stack)-1]
 				i++
@@ -70,7 +70,7 @@ func Valid(b []byte) bool {
 		// A value ended just before b[i]: close containers, or go to the
 		// next member or element.
 		for {
-			i = skipSpace(b, i)
+			i = SkipSpace(b, i)
 			if len(stack) == 0 {
 				return i == len(b)
 			}
@@ -80,7 +80,7 @@ func Valid(b []byte) bool {
 			top := stack[len(stack)-1]
 			switch b[i] {
 			case ',':
-				i = skipSpace(b, i+1)
+				i = SkipSpace(b, i+1)
 				if top == '{' {
 					var ok bool
 					if i, ok = key(b, i); !ok {
@@ -109,11 +109,11 @@ func key(b []byte, i int) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	i = skipSpace(b, i)
+	i = SkipSpace(b, i)
 	if i >= len(b) || b[i] != ':' {
 		return 0, false
 	}
-	return skipSpace(b, i+1), true
+	return SkipSpace(b, i+1), true
 }
 
 // stringStop marks the bytes that end a run of plain string content.
@@ -215,7 +215,9 @@ func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
-func skipSpace(b []byte, i int) int {
+// SkipSpace returns the index of the first byte at or after i that is not
+// JSON white space (len(b) if there is none).
+func SkipSpace(b []byte, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
