@@ -155,6 +155,8 @@ func startGateway(t *testing.T, global string, env ...string) (*gateway.Gateway,
 		admin = fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
 		t.Logf("admin (pprof) on %s", admin)
 	}
+	// COMFYGATE_BENCH_GATEWAY_ENV adds to it, for experiments ("GOGC=400").
+	env = append(env, strings.Fields(os.Getenv("COMFYGATE_BENCH_GATEWAY_ENV"))...)
 	g := gateway.Start(t, gateway.V2Config(global, gateway.V2Site{Admin: admin}), gateway.Options{Env: env})
 	pid, err := PIDWithArg(filepath.Join(g.Dir, fmt.Sprintf("Caddyfile.%d", g.Port)))
 	if err != nil {
