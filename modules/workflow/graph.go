@@ -70,6 +70,12 @@ func parseLink(raw json.RawMessage) (Link, linkKind) {
 	if l, ok := plainLink(raw); ok {
 		return l, goodLink
 	}
+	return decodeLink(raw)
+}
+
+// decodeLink is parseLink's full decode of an array, for the forms
+// plainLink declines.
+func decodeLink(raw json.RawMessage) (Link, linkKind) {
 	var parts []json.RawMessage
 	if json.Unmarshal(raw, &parts) != nil || len(parts) != 2 {
 		return Link{}, badLink
