@@ -79,10 +79,7 @@ func AssetRefs(g Graph, cat Catalog) ([]AssetRef, error) {
 			if !ok || !spec.IsCombo() {
 				continue
 			}
-			s, ok := plainString(raw)
-			if !ok {
-				s, _ = unmarshalString(raw)
-			}
+			s, _ := unmarshalString(raw)
 			if s == "" {
 				continue
 			}

@@ -183,8 +183,12 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 }
 
 // unmarshalString is json.Unmarshal into a string of its own, so that
-// the caller's variables stay off the heap.
+// the caller's variables stay off the heap; a plain string is read without
+// the decoder.
 func unmarshalString(raw []byte) (string, bool) {
+	if s, ok := plainString(raw); ok {
+		return s, true
+	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		return "", false

@@ -50,7 +50,7 @@ func checkWidget(ne NodeErrors, node string, spec InputSpec, raw json.RawMessage
 	case "INT", "FLOAT":
 		checkNumber(ne, node, spec, raw)
 	case "STRING":
-		if _, ok := plainString(raw); ok {
+		if isPlainString(raw) { // no string allocated just to drop it
 			return
 		}
 		var s string
