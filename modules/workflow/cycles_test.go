@@ -63,3 +63,17 @@ func deps2(ids []string, deps map[string][]string) map[string][]string {
 	}
 	return out
 }
+
+// cycles runs cycleComponents on a graph given by ids: ids are deps's
+// nodes, sorted.
+func cycles(ids []string, deps map[string][]string) map[string]int {
+	idx := make([][]int, len(ids))
+	for i, id := range ids {
+		for _, d := range deps[id] {
+			if j, ok := indexOf(ids, []byte(d)); ok {
+				idx[i] = append(idx[i], j)
+			}
+		}
+	}
+	return cycleIDs(ids, cycleComponents(idx))
+}

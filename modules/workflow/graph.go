@@ -166,25 +166,16 @@ func indexOf(ids []string, id []byte) (int, bool) {
 	return lo, lo < len(ids) && ids[lo] == string(id)
 }
 
-// cycles returns the set of nodes that lie on a dependency cycle, as
-// component numbers (see cycleComponents), keyed by id. ids are deps's
-// nodes, sorted.
-func cycles(ids []string, deps map[string][]string) map[string]int {
-	idx := make([][]int, len(ids))
-	for i, id := range ids {
-		for _, d := range deps[id] {
-			if j, ok := indexOf(ids, []byte(d)); ok {
-				idx[i] = append(idx[i], j)
-			}
-		}
-	}
-	comp := map[string]int{}
-	for i, c := range cycleComponents(idx) {
+// cycleIDs keys cycleComponents's answer by node id (ids as given to
+// depIndex), keeping only the nodes on a cycle.
+func cycleIDs(ids []string, comp []int) map[string]int {
+	out := map[string]int{}
+	for i, c := range comp {
 		if c > 0 {
-			comp[ids[i]] = c
+			out[ids[i]] = c
 		}
 	}
-	return comp
+	return out
 }
 
 // cycleComponents finds the nodes that lie on a dependency cycle, as

@@ -81,15 +81,12 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 
 	deps := g.depIndex(ids)
 	if comp := cycleComponents(deps); comp != nil {
-		comps := map[string]int{}
-		for i, c := range comp {
-			if c > 0 {
-				comps[ids[i]] = c
+		comps := cycleIDs(ids, comp)
+		for i, node := range ids { // sorted, like the reports
+			if comp[i] > 0 {
+				ne.add(node, cycleField(g[node], node, comps), ReasonCycle,
+					"the node is part of a dependency cycle")
 			}
-		}
-		for _, node := range sortedIDs(comps) {
-			ne.add(node, cycleField(g[node], node, comps), ReasonCycle,
-				"the node is part of a dependency cycle")
 		}
 	}
 
