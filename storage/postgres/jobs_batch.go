@@ -155,21 +155,12 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 
 // canonicalUUID returns id (which CreateJob checked is a UUID) in the form
 // id::text returns: lower case with hyphens. The usual ID, from
-// uuid.NewString, is already in that form and is returned as it is.
+// uuid.NewString, is already in that form and is returned as it is: a
+// 36-character UUID has its hyphens in place, so only upper-case hex
+// digits can set it apart.
 func canonicalUUID(id string) string {
-	if len(id) == 36 {
-		canonical := true
-		for i := 0; i < len(id) && canonical; i++ {
-			switch c := id[i]; {
-			case i == 8 || i == 13 || i == 18 || i == 23:
-				canonical = c == '-'
-			default:
-				canonical = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
-			}
-		}
-		if canonical {
-			return id
-		}
+	if len(id) == 36 && !strings.ContainsAny(id, "ABCDEF") {
+		return id
 	}
 	u, _ := uuid.Parse(id)
 	return u.String()
