@@ -192,7 +192,7 @@ func (r *Refusal) RetryAfterSeconds() int {
 // costs 1. Operations of concurrent calls share round trips (and script
 // calls, per workspace): those issued while a pipeline is on the wire go
 // out together in the next one. The first use of the script on a server
-// adds one round trip (EVALSHA answered NOSCRIPT, then SCRIPT LOAD), once
+// adds one round trip (EVALSHA answered NOSCRIPT, then EVAL), once
 // per server lifetime.
 type Limiter interface {
 	// Admit reserves a slot, the call's cents and one unit of every rate
@@ -216,7 +216,7 @@ type Limiter interface {
 // one admitted call that holds its lease for d with Lease.KeepAlive under
 // lease TTL ttl (0 = DefaultLeaseTTL) when no other call shares them:
 // Admit 1 + Settle 1 + one heartbeat per TTL/3 elapsed. A refused call
-// costs 1. Script loading (NOSCRIPT then SCRIPT LOAD) adds 1 once per Redis
+// costs 1. Script loading (NOSCRIPT then EVAL) adds 1 once per Redis
 // server start and is not counted. Memory makes none.
 func RoundTrips(d, ttl time.Duration) int {
 	if ttl <= 0 {

@@ -33,6 +33,13 @@ package limits
 // settle is retried (it is idempotent, and the guard keeps a debit single).
 const opsScriptSrc = `
 local now, t
+-- clock reads the server's time once per call: all operations share it.
+local function clock()
+  if not now then
+    t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+end
 local reaped = false
 -- count (ZCARD of leases) and committed (sum of cost) are read once, by the
 -- first admission, and kept current by every later change.
@@ -57,8 +64,7 @@ while i <= n do
       -- first admission; later ones would find nothing more: the clock
       -- does not move within a call.
       reaped = true
-      t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      clock()
       local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
       for _, m in ipairs(expired) do redis.call('HDEL', KEYS[2], m) end
       if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
@@ -129,10 +135,7 @@ while i <= n do
     out[#out + 1] = 1
     i = i + 6
   elseif kind == 'H' then
-    if not now then
-      t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
     local s = redis.call('ZSCORE', KEYS[1], id)
     if not s then
       out[#out + 1] = 0
@@ -151,10 +154,7 @@ while i <= n do
     end
     i = i + 3
   elseif kind == 'I' then
-    if not now then
-      t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
     local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
     local cents = 0
     for _, m in ipairs(ids) do cents = cents + tonumber(redis.call('HGET', KEYS[2], m) or '0') end
