@@ -137,3 +137,21 @@ func TestErrorsFailClosed(t *testing.T) {
 		t.Error("New with a non-redis URL: want an error")
 	}
 }
+
+// Stores on one Redis share a client: closing one twice must not close it
+// under the other.
+func TestRepeatedCloseKeepsSharedClient(t *testing.T) {
+	st, url, prefix := freshStore(t)
+	other, err := redisclaim.New(url, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.Close()
+	ok, err := st.Claim(context.Background(), "scope", "after-close", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("Claim after another store's repeated Close = %v, %v; want a win", ok, err)
+	}
+}
