@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,7 +27,9 @@ type Lease struct {
 	Cents     int64
 	// InFlight and CommittedCents are the workspace's totals just after
 	// admission, including this call (for X-Committed-Spend-* on admitted
-	// responses, where Current includes the call).
+	// responses, where Current includes the call). A lease handed over
+	// from a settling call (see Redis) carries the totals its slot was
+	// admitted with: a handover leaves both unchanged.
 	InFlight       int
 	CommittedCents int64
 	// TTL is how long the lease lives without a heartbeat.
@@ -35,6 +38,16 @@ type Lease struct {
 	store   leaseStore
 	credits bool // admitted with RequireCredits: Settle debits the charge
 	resumed bool // built by Resume: Cents is not what the lease reserved
+	// slot is the store's name for the slot this lease holds: ID, or the
+	// ID of the call whose lease was handed over to this one.
+	slot string
+	// renewed is when the slot's expiry was last pushed to TTL ahead (the
+	// admission or heartbeat was sent at or before it took effect), in
+	// Unix nanoseconds; KeepAlive's first heartbeat is due TTL/3 after it.
+	renewed atomic.Int64
+	// admitted are the limits the slot was admitted under; a handover
+	// needs the same ones (see Redis.handOver).
+	admitted admissionBounds
 
 	mu      sync.Mutex
 	settled bool
@@ -52,7 +65,12 @@ func (l *Lease) Heartbeat(ctx context.Context) error {
 	if settled {
 		return fmt.Errorf("%w: call %s already settled", ErrLeaseLost, l.ID)
 	}
-	return l.store.heartbeat(ctx, l)
+	sent := time.Now()
+	if err := l.store.heartbeat(ctx, l); err != nil {
+		return err
+	}
+	l.renewed.Store(sent.UnixNano())
+	return nil
 }
 
 // Settle ends the call: it frees the slot and the reserved cents and, when
@@ -141,11 +159,12 @@ func (l *Lease) SettleOrdered(chargedCents int64, done func(error)) {
 //
 // It runs on a timer, not a goroutine: most calls end before their first
 // heartbeat is due, and then KeepAlive and stop cost a timer and nothing
-// else.
+// else. The first heartbeat is due TTL/3 after the slot was last renewed,
+// which for a handed-over lease is earlier than TTL/3 from now.
 func (l *Lease) KeepAlive(ctx context.Context, onErr func(error)) (stop func()) {
 	k := &keeper{lease: l, ctx: ctx, onErr: onErr}
 	k.mu.Lock()
-	k.timer = time.AfterFunc(l.TTL/3, k.tick)
+	k.timer = time.AfterFunc(l.firstBeat(time.Now()), k.tick)
 	k.mu.Unlock()
 	return k.stop
 }
@@ -185,6 +204,24 @@ func (k *keeper) tick() {
 		k.timer.Reset(k.lease.TTL / 3)
 	}
 	k.mu.Unlock()
+}
+
+// slotName is the store's name for the lease's slot.
+func (l *Lease) slotName() string {
+	if l.slot != "" {
+		return l.slot
+	}
+	return l.ID
+}
+
+// firstBeat is how long KeepAlive waits for its first heartbeat: TTL/3
+// after the slot was last renewed, at once if that has passed.
+func (l *Lease) firstBeat(now time.Time) time.Duration {
+	renewed := l.renewed.Load()
+	if renewed == 0 {
+		return l.TTL / 3
+	}
+	return max(0, time.Unix(0, renewed).Add(l.TTL/3).Sub(now))
 }
 
 func (k *keeper) stop() {

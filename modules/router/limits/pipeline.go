@@ -39,7 +39,9 @@ import (
 // trip per call instead of two, and its admission never queues behind its
 // previous call's settle still on the wire. The linger only delays a
 // release: for that long the workspace looks busier than it is, never
-// less busy, so no bound can be overshot.
+// less busy, so no bound can be overshot. A settle that has not been sent
+// may also never be: the workspace's next admission can take its slot over
+// instead (takeFreed, Redis.handOver).
 
 // pipelineTimeout bounds one pipeline exchange. It is independent of the
 // callers' contexts: a pipeline carries other callers' operations, so one
@@ -86,6 +88,10 @@ type op struct {
 	// batch is set when this op is woken to lead: the ops to send.
 	batch []*op
 	done  chan struct{}
+	// freed is the lease a started settle frees when it debits nothing:
+	// until the settle is sent, its slot may be handed over instead (see
+	// Redis.handOver).
+	freed *Lease
 }
 
 type pipeliner struct {
@@ -178,6 +184,37 @@ func (p *pipeliner) drain() {
 		p.lead(batch)
 		p.mu.Lock()
 	}
+}
+
+// takeFreed removes keyTag's last op not yet sent (lingering, or queued
+// behind a pipeline on the wire) when it is a started settle whose lease
+// accept takes, and returns it; otherwise nil. Only the last one: an
+// operation queued after the settle was promised to run after it (see
+// Lease.SettleOrdered), so the slot must not go to a later arrival first.
+// The settle is then never sent; the caller delivers its result. accept
+// runs under p.mu and must not lock.
+func (p *pipeliner) takeFreed(keyTag string, accept func(*Lease) bool) *op {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := &p.lingering
+	if p.busy {
+		list = &p.queue
+	}
+	for i := len(*list) - 1; i >= 0; i-- {
+		o := (*list)[i]
+		if o.keyTag != keyTag {
+			continue
+		}
+		if o.freed == nil || !accept(o.freed) {
+			return nil
+		}
+		*list = append((*list)[:i], (*list)[i+1:]...)
+		if !p.busy && len(p.lingering) == 0 {
+			p.flushTimer.Stop()
+		}
+		return o
+	}
+	return nil
 }
 
 // enqueue returns the batch o's caller must send now, o last behind any

@@ -260,7 +260,8 @@ func countingRedis(t *testing.T, linger time.Duration) (*Redis, *pipelineCounter
 // TestSettleRidesWithTheNextAdmission: a settle started while nothing is
 // on the wire waits for the next admission and goes out ahead of it in the
 // same pipeline: one round trip for both, and the admission (one call
-// allowed in flight) finds the slot free.
+// allowed in flight) finds the slot free. (The next call costs more than
+// the slot reserves, so the slot cannot be handed over instead.)
 func TestSettleRidesWithTheNextAdmission(t *testing.T) {
 	r, counter := countingRedis(t, time.Hour) // only an admission can carry it
 	ctx := context.Background()
@@ -274,7 +275,7 @@ func TestSettleRidesWithTheNextAdmission(t *testing.T) {
 	if got := counter.n.Load(); got != 1 {
 		t.Fatalf("%d pipelines after an admission and a started settle, want 1 (the settle lingers)", got)
 	}
-	second, err := r.Admit(ctx, "serial", Call{ID: "second", Cents: 1}, lim)
+	second, err := r.Admit(ctx, "serial", Call{ID: "second", Cents: 2}, lim)
 	if err != nil {
 		t.Fatalf("the next admission: %v", err)
 	}

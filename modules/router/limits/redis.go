@@ -129,11 +129,22 @@ func (r *Redis) Admit(ctx context.Context, workspace string, call Call, lim Limi
 	if err := validate(workspace, call, lim); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if l := r.handOver(workspace, call, lim); l != nil {
+		return l, nil
+	}
+	sent := time.Now()
 	reply, err := r.pipe.do(ctx, r.admitOp(workspace, call, lim))
 	if err != nil {
 		return nil, unavailable("admit", err)
 	}
-	return r.admitted(workspace, call, lim, reply)
+	l, err := r.admitted(workspace, call, lim, reply)
+	if l != nil {
+		l.renewed.Store(sent.UnixNano())
+	}
+	return l, err
 }
 
 func (r *Redis) admitOp(workspace string, call Call, lim Limits) *op {
@@ -175,7 +186,7 @@ func (r *Redis) admitted(workspace string, call Call, lim Limits, reply any) (*L
 	return &Lease{
 		ID: call.ID, Workspace: workspace, Cents: call.Cents,
 		InFlight: int(count), CommittedCents: committed, TTL: r.ttl,
-		store: r, credits: lim.RequireCredits,
+		store: r, credits: lim.RequireCredits, admitted: boundsOf(lim),
 	}, nil
 }
 
@@ -191,7 +202,7 @@ func newRefusal(reason Reason, limit, current int64, window string, retry time.D
 }
 
 func (r *Redis) heartbeat(ctx context.Context, l *Lease) error {
-	reply, err := r.pipe.do(ctx, &op{keyTag: r.keyTag(l.Workspace), args: []any{"H", l.ID, r.ttl.Milliseconds()}})
+	reply, err := r.pipe.do(ctx, &op{keyTag: r.keyTag(l.Workspace), args: []any{"H", l.slotName(), r.ttl.Milliseconds()}})
 	if err != nil {
 		return unavailable("heartbeat", err)
 	}
@@ -213,9 +224,9 @@ func (r *Redis) settleOp(l *Lease, charged int64) *op {
 	}
 	if charged > 0 {
 		o.keys = []string{o.keyTag + "settled:" + l.ID}
-		o.args = []any{"S", l.ID, cents, charged, keyRef(0), settleGuardTTL.Milliseconds()}
+		o.args = []any{"S", l.slotName(), cents, charged, keyRef(0), settleGuardTTL.Milliseconds()}
 	} else {
-		o.args = []any{"S", l.ID, cents, 0, 0, 0}
+		o.args = []any{"S", l.slotName(), cents, 0, 0, 0}
 	}
 	return o
 }
@@ -231,6 +242,9 @@ func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
 // from another goroutine.
 func (r *Redis) settleOrdered(l *Lease, charged int64, done func(error)) {
 	o := r.settleOp(l, charged)
+	if charged == 0 {
+		o.freed = l
+	}
 	o.onDone = func(_ any, err error) {
 		if err != nil {
 			err = unavailable("settle", err)
