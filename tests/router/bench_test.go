@@ -75,22 +75,32 @@ http://:%d {
 }
 `, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peerURL, "http://"))
 	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))})
-	tok := token(t, claims{ws: "ws-bench"})
-
+	workspaces := []string{"ws-bench", "ws-bench-2"}
+	jsonHdr := []http.Header{{"Content-Type": {"application/json"}}}
+	bearer := func(ws string) http.Header {
+		return http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + token(t, claims{ws: ws})}}
+	}
+	// Each worker sends its requests with hdrs[0], hdrs[1], ... in turn.
 	targets := []struct {
 		name, url string
-		hdr       http.Header
+		hdrs      []http.Header
 	}{
-		{"(a) direct to peer", peerURL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
-		{"(b) caddy reverse_proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/generate", proxyPort), http.Header{"Content-Type": {"application/json"}}},
-		{"(c) model_router", g.URL + "/v1/models/bench/constant", http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + tok}}},
+		{"(a) direct to peer", peerURL + "/v1/generate", jsonHdr},
+		{"(b) caddy reverse_proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/generate", proxyPort), jsonHdr},
+		{"(c) model_router", g.URL + "/v1/models/bench/constant", []http.Header{bearer(workspaces[0])}},
 		// For comparison with tables taken before the peer had a process
 		// of its own: the same peer inside the load generator's process.
-		{"(a0) direct to an in-process peer", inProcess.URL + "/v1/generate", http.Header{"Content-Type": {"application/json"}}},
+		{"(a0) direct to an in-process peer", inProcess.URL + "/v1/generate", jsonHdr},
+		// (c) with every admission sent to Redis: consecutive calls come
+		// from two workspaces in turn, so a settling call's slot is never
+		// the next call's to take over (see limits.Redis.handOver).
+		{"(c') model_router, two workspaces in turn", g.URL + "/v1/models/bench/constant",
+			[]http.Header{bearer(workspaces[0]), bearer(workspaces[1])}},
 	}
+	const viaRedis = 4 // targets[viaRedis] is (c')
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 512}}
 	for _, tg := range targets { // warm up connections, scripts and caches
-		if _, _, err := load(hc, tg.url, tg.hdr, 4, 300*time.Millisecond); err != nil {
+		if _, _, err := load(hc, tg.url, tg.hdrs, 4, 300*time.Millisecond); err != nil {
 			t.Fatalf("%s: %v", tg.name, err)
 		}
 	}
@@ -99,7 +109,7 @@ http://:%d {
 		// c=32: go tool pprof -sample_index=alloc_space -base path.0 path.1
 		for i := range 2 {
 			if i == 1 {
-				_, _, _ = load(hc, targets[2].url, targets[2].hdr, 32, 3*time.Second)
+				_, _, _ = load(hc, targets[2].url, targets[2].hdrs, 32, 3*time.Second)
 			}
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/allocs", adminPort))
 			if err != nil {
@@ -138,7 +148,7 @@ http://:%d {
 		if os.Getenv("ROUTER_BENCH_PROFILE_B") != "" { // Caddy's reverse_proxy instead, to compare
 			target = 1
 		}
-		_, _, _ = load(hc, targets[target].url, targets[target].hdr, c, 5*time.Second)
+		_, _, _ = load(hc, targets[target].url, targets[target].hdrs, c, 5*time.Second)
 		<-done
 	}
 	const rounds = 3
@@ -153,13 +163,14 @@ http://:%d {
 		cpu[i] = make([][]float64, len(groups)+1)
 	}
 	// Per (c) request at c=32: EVALSHAs, and the µs Redis spent in them;
-	// at c=1: EVALSHAs. gw1[i]: gateway CPU µs per request at c=1.
-	var scriptCalls, scriptUsec, scriptCalls1 []float64
+	// at c=1: EVALSHAs, for (c) and (c'). gw1[i]: gateway CPU µs per
+	// request at c=1.
+	var scriptCalls, scriptUsec, scriptCalls1, scriptCalls1Redis []float64
 	gw1 := make([][]float64, len(targets))
 	for range rounds { // interleaved rounds, median of the rounds
 		for i, tg := range targets {
 			before, rs := sampleCPU(groups), redisScriptStats(t)
-			lat, r, err := load(hc, tg.url, tg.hdr, 1, 2*time.Second)
+			lat, r, err := load(hc, tg.url, tg.hdrs, 1, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
@@ -167,11 +178,14 @@ http://:%d {
 			p99[i] = append(p99[i], pct(lat, 99))
 			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
 			gw1[i] = append(gw1[i], per[0])
-			if i == 2 {
+			switch i {
+			case 2:
 				scriptCalls1 = append(scriptCalls1, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
+			case viaRedis:
+				scriptCalls1Redis = append(scriptCalls1Redis, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
 			}
 			before, rs = sampleCPU(groups), redisScriptStats(t)
-			lat, r, err = load(hc, tg.url, tg.hdr, 32, 2*time.Second)
+			lat, r, err = load(hc, tg.url, tg.hdrs, 32, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
@@ -197,8 +211,9 @@ http://:%d {
 		fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
 			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
 	}
-	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v); Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them (below)\n",
-		medf(rps[2])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond), (med(p50[2]) - med(p50[3])).Round(time.Microsecond),
+	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v), (c')-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them or a slot is handed over (below)\n",
+		medf(rps[2])/medf(rps[1]), medf(rps[viaRedis])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond),
+		(med(p50[2]) - med(p50[3])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
 		limits.RoundTrips(0, 0))
 	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
 	for _, gr := range groups {
@@ -216,15 +231,17 @@ http://:%d {
 	for i, tg := range targets[1:3] {
 		fmt.Fprintf(&out, " %s %.0f;", tg.name, medf(gw1[i+1]))
 	}
-	fmt.Fprintf(&out, " (c) %.2f EVALSHA (= Redis round trips) per request\n", medf(scriptCalls1))
+	fmt.Fprintf(&out, " EVALSHA per request: (c) %.2f (each a round trip of its own), (c') %.2f (the other workspace's settle and the admission: one round trip)\n", medf(scriptCalls1), medf(scriptCalls1Redis))
 	fmt.Fprintf(&out, "(c) at c=32: %.2f EVALSHA per request (one workspace: that is also Redis round trips per request), %.1f µs of Redis time in them per request (INFO commandstats; any other client of the server adds to both)\n",
 		medf(scriptCalls), medf(scriptUsec))
 	t.Log(out.String())
 	l := g2limiter(t, prefix)
-	eventually(t, 10*time.Second, "limiter counters back to zero", func() bool {
-		n, cents, err := l.Inspect(context.Background(), "ws-bench")
-		return err == nil && n == 0 && cents == 0
-	})
+	for _, ws := range workspaces {
+		eventually(t, 10*time.Second, "limiter counters of "+ws+" back to zero", func() bool {
+			n, cents, err := l.Inspect(context.Background(), ws)
+			return err == nil && n == 0 && cents == 0
+		})
+	}
 }
 
 func g2limiter(t *testing.T, prefix string) limits.Limiter {
@@ -237,8 +254,9 @@ func g2limiter(t *testing.T, prefix string) limits.Limiter {
 }
 
 // load runs a closed loop of c workers for d against url and returns every
-// latency and the request rate. Any non-200 answer is an error.
-func load(hc *http.Client, url string, hdr http.Header, c int, d time.Duration) ([]time.Duration, float64, error) {
+// latency and the request rate. Each worker sends its requests with the
+// headers of hdrs in turn. Any non-200 answer is an error.
+func load(hc *http.Client, url string, hdrs []http.Header, c int, d time.Duration) ([]time.Duration, float64, error) {
 	var mu sync.Mutex
 	var all []time.Duration
 	var firstErr error
@@ -250,9 +268,9 @@ func load(hc *http.Client, url string, hdr http.Header, c int, d time.Duration) 
 		go func() {
 			defer wg.Done()
 			lat := make([]time.Duration, 0, 4096)
-			for time.Now().Before(end) {
+			for n := 0; time.Now().Before(end); n++ {
 				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(prompt))
-				req.Header = hdr.Clone()
+				req.Header = hdrs[n%len(hdrs)].Clone()
 				t0 := time.Now()
 				resp, err := hc.Do(req)
 				if err == nil {
