@@ -115,9 +115,11 @@ func (l *Lease) Settle(ctx context.Context, chargedCents int64) error {
 // returns, the settle is queued (Redis) or done (Memory), and any Admit this
 // process issues from then on is executed after it, so the caller's next
 // call can never be refused because of this one's lease. done receives
-// Settle's result, on another goroutine for Redis; it must be quick (start
-// a goroutine for a retry). Another process's Admit is not ordered: with
-// Redis the settle reaches the server within one round trip.
+// Settle's result, on another goroutine for Redis (the one that sends the
+// settle, or the Admit that takes the slot over instead); it must be quick
+// (start a goroutine for a retry). Another process's Admit is not
+// ordered: with Redis the settle reaches the server within one round trip
+// plus the linger, unless this process hands its slot on.
 //
 // Do not call it together with Settle or twice; after a failure, retry with
 // Settle.
