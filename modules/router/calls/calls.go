@@ -231,7 +231,10 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 			return nil, recordStoreUnavailable(err)
 		}
 	}
-	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, limits.Call{ID: req.RequestID, Cents: m.PriceCents}, s.cfg.Limits)
+	// A keyed call's record can be taken over by a same-key retry, which
+	// settles the lease by the call's id (limits.Resume).
+	call := limits.Call{ID: req.RequestID, Cents: m.PriceCents, Resumable: keyed}
+	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, call, s.cfg.Limits)
 	if err != nil {
 		e := admissionError(err)
 		s.refused(ctx, rec, keyed, e)

@@ -8,11 +8,13 @@ import "time"
 // the slot again in one script call. handOver skips that round trip: while
 // the settle has not been sent, the next admission of the same workspace
 // through this process takes the settling call's slot over, and the settle
-// is dropped. The store ends up exactly where sending both would have left
-// it — same calls in flight, same committed cents — as long as
+// is dropped. The store ends up where sending both would have left it —
+// same calls in flight, same committed cents — as long as
 //
 //   - the settle debits nothing and the new call consumes no rate
 //     allowance and needs no credit check (those need the store);
+//   - the settling call is not Resumable: another process may settle it
+//     by its ID, which would free the slot under the new call;
 //   - the slot was admitted under the same in-flight cap and spend ceiling
 //     (a configuration change goes through the store);
 //   - the new call costs no more than the slot reserves: the slot keeps its
@@ -25,6 +27,10 @@ import "time"
 //
 // Other processes see no difference: the slot was taken throughout, as it
 // would have been with the settle and the admission in one script call.
+// (One case differs: when other gateways, configured with a higher cap,
+// have filled the workspace beyond this one's cap, the admission would
+// have been refused; the handover keeps the count where it was instead of
+// lowering it by one. It never raises it.)
 //
 // A handover asks nothing of Redis, so it also works while Redis is down:
 // the calls of a workspace that follow each other on a slot this process
@@ -50,11 +56,11 @@ func boundsOf(lim Limits) admissionBounds {
 // handOver returns a lease for call on a slot a settling call of the same
 // workspace frees, or nil when no such slot may be taken over (see above).
 func (r *Redis) handOver(workspace string, call Call, lim Limits) *Lease {
-	if len(lim.Rate) > 0 || lim.RequireCredits {
+	if len(lim.Rate) > 0 || lim.RequireCredits || r.closed.Load() {
 		return nil
 	}
 	bounds := boundsOf(lim)
-	fresh := time.Now().Add(-min(r.ttl/3, maxHandoverAge)).UnixNano()
+	fresh := monoNow() - int64(min(r.ttl/3, maxHandoverAge))
 	o := r.pipe.takeFreed(r.keyTag(workspace), func(l *Lease) bool {
 		return !l.resumed && l.Cents >= call.Cents && l.admitted == bounds && l.renewed.Load() > fresh
 	})
@@ -65,7 +71,7 @@ func (r *Redis) handOver(workspace string, call Call, lim Limits) *Lease {
 	next := &Lease{
 		ID: call.ID, Workspace: workspace, Cents: old.Cents,
 		InFlight: old.InFlight, CommittedCents: old.CommittedCents, TTL: r.ttl,
-		store: r, slot: old.slotName(), admitted: bounds,
+		store: r, slot: old.slotName(), admitted: bounds, resumable: call.Resumable,
 	}
 	next.renewed.Store(old.renewed.Load())
 	// The settling call is done with the slot: its settle succeeded, in

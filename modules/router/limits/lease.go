@@ -42,9 +42,12 @@ type Lease struct {
 	// ID of the call whose lease was handed over to this one.
 	slot string
 	// renewed is when the slot's expiry was last pushed to TTL ahead (the
-	// admission or heartbeat was sent at or before it took effect), in
-	// Unix nanoseconds; KeepAlive's first heartbeat is due TTL/3 after it.
+	// admission or heartbeat was sent at or before it took effect), on the
+	// monotonic clock (monoNow); 0 when unknown or the slot was found lost.
+	// KeepAlive's first heartbeat is due TTL/3 after it.
 	renewed atomic.Int64
+	// resumable: see Call.Resumable.
+	resumable bool
 	// admitted are the limits the slot was admitted under; a handover
 	// needs the same ones (see Redis.handOver).
 	admitted admissionBounds
@@ -65,11 +68,14 @@ func (l *Lease) Heartbeat(ctx context.Context) error {
 	if settled {
 		return fmt.Errorf("%w: call %s already settled", ErrLeaseLost, l.ID)
 	}
-	sent := time.Now()
+	sent := monoNow()
 	if err := l.store.heartbeat(ctx, l); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			l.renewed.Store(0) // nothing left to hand over
+		}
 		return err
 	}
-	l.renewed.Store(sent.UnixNano())
+	l.renewed.Store(sent)
 	return nil
 }
 
@@ -166,7 +172,7 @@ func (l *Lease) SettleOrdered(chargedCents int64, done func(error)) {
 func (l *Lease) KeepAlive(ctx context.Context, onErr func(error)) (stop func()) {
 	k := &keeper{lease: l, ctx: ctx, onErr: onErr}
 	k.mu.Lock()
-	k.timer = time.AfterFunc(l.firstBeat(time.Now()), k.tick)
+	k.timer = time.AfterFunc(l.firstBeat(monoNow()), k.tick)
 	k.mu.Unlock()
 	return k.stop
 }
@@ -217,14 +223,22 @@ func (l *Lease) slotName() string {
 }
 
 // firstBeat is how long KeepAlive waits for its first heartbeat: TTL/3
-// after the slot was last renewed, at once if that has passed.
-func (l *Lease) firstBeat(now time.Time) time.Duration {
+// after the slot was last renewed, at once if that has passed; TTL/3 when
+// the renewal is unknown. now is monoNow().
+func (l *Lease) firstBeat(now int64) time.Duration {
 	renewed := l.renewed.Load()
 	if renewed == 0 {
 		return l.TTL / 3
 	}
-	return max(0, time.Unix(0, renewed).Add(l.TTL/3).Sub(now))
+	return max(0, time.Duration(renewed-now)+l.TTL/3)
 }
+
+// monoBase anchors monoNow.
+var monoBase = time.Now()
+
+// monoNow is nanoseconds on the monotonic clock (a wall clock stepped back
+// must not make an old slot look freshly renewed), always > 0.
+func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
 
 func (k *keeper) stop() {
 	k.mu.Lock()

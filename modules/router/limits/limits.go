@@ -58,7 +58,9 @@ var (
 	ErrLeaseLost = errors.New("limits: lease lost")
 	// ErrDuplicateCall is returned by Admit when call.ID already holds a
 	// lease in the workspace. Re-admitting it would overwrite the lease
-	// without counting it, so it is refused as a programming error.
+	// without counting it, so it is refused as a programming error. (An
+	// admission that takes a slot over does not ask Redis and so does not
+	// check: call ids must be unique, as request ids are.)
 	ErrDuplicateCall = errors.New("limits: call id already in flight")
 	// ErrInvalid marks malformed arguments (empty ids, bad windows, cents out
 	// of range). It is a programming or configuration error, not a refusal.
@@ -98,6 +100,12 @@ type Call struct {
 	// Cents is the call's price, reserved against the spend ceiling and the
 	// credit balance while it is in flight.
 	Cents int64
+	// Resumable marks a call another process may settle by its ID through
+	// Resume (a call whose record a same-key retry can take over): its slot
+	// must keep the call's ID to the end, so it is never handed over to
+	// another call (see Redis.handOver). Such a call may still take over
+	// another call's slot.
+	Resumable bool
 }
 
 // Reason says which limit refused a call.

@@ -211,6 +211,7 @@ func (p *pipeliner) takeFreed(keyTag string, accept func(*Lease) bool) *op {
 		*list = append((*list)[:i], (*list)[i+1:]...)
 		if !p.busy && len(p.lingering) == 0 {
 			p.flushTimer.Stop()
+			p.lingering = nil
 		}
 		return o
 	}
@@ -237,8 +238,10 @@ func (p *pipeliner) takeLingering(o *op) []*op {
 	batch := p.lingering
 	if len(batch) > 0 {
 		p.flushTimer.Stop() // lingering ops imply a timer
-		p.lingering = nil
 	}
+	// The batch takes the array along: a later start must not append
+	// into it while the batch's replies are being delivered.
+	p.lingering = nil
 	if o != nil {
 		batch = append(batch, o)
 	}

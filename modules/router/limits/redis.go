@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,9 @@ type Redis struct {
 	owned  bool
 	prefix string
 	ttl    time.Duration
+	// closed stops handovers once Close has begun: a closed limiter
+	// answers nothing without Redis.
+	closed atomic.Bool
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -74,6 +78,7 @@ func NewRedis(client redis.UniversalClient, prefix string, ttl time.Duration) (*
 // Close sends any settle still lingering (see startLinger) and closes the
 // client if OpenRedis created it.
 func (r *Redis) Close() error {
+	r.closed.Store(true)
 	r.pipe.drain()
 	if !r.owned {
 		return nil
@@ -135,14 +140,14 @@ func (r *Redis) Admit(ctx context.Context, workspace string, call Call, lim Limi
 	if l := r.handOver(workspace, call, lim); l != nil {
 		return l, nil
 	}
-	sent := time.Now()
+	sent := monoNow()
 	reply, err := r.pipe.do(ctx, r.admitOp(workspace, call, lim))
 	if err != nil {
 		return nil, unavailable("admit", err)
 	}
 	l, err := r.admitted(workspace, call, lim, reply)
 	if l != nil {
-		l.renewed.Store(sent.UnixNano())
+		l.renewed.Store(sent)
 	}
 	return l, err
 }
@@ -186,7 +191,7 @@ func (r *Redis) admitted(workspace string, call Call, lim Limits, reply any) (*L
 	return &Lease{
 		ID: call.ID, Workspace: workspace, Cents: call.Cents,
 		InFlight: int(count), CommittedCents: committed, TTL: r.ttl,
-		store: r, credits: lim.RequireCredits, admitted: boundsOf(lim),
+		store: r, credits: lim.RequireCredits, admitted: boundsOf(lim), resumable: call.Resumable,
 	}, nil
 }
 
@@ -242,7 +247,7 @@ func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
 // from another goroutine.
 func (r *Redis) settleOrdered(l *Lease, charged int64, done func(error)) {
 	o := r.settleOp(l, charged)
-	if charged == 0 {
+	if charged == 0 && !l.resumable {
 		o.freed = l
 	}
 	o.onDone = func(_ any, err error) {

@@ -4,7 +4,8 @@ import "fmt"
 
 // Resume returns a Lease for a call admitted earlier, possibly by another
 // gateway process that has since died, so that the call can still be
-// settled: Settle frees whatever the old lease still holds and, with
+// settled: Settle frees whatever the old lease still holds (its slot keeps
+// the call's id: a Resumable call's slot is never handed over) and, with
 // requireCredits, debits the charge at most once per call id, under the same
 // settled-call guard an ordinary Settle uses (so a takeover cannot debit a
 // call its first owner already settled within the guard's lifetime). The
