@@ -269,8 +269,7 @@ func TestQueuedSettleIsHandedOverOnlyWhenLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{arrived: make(chan struct{}, 8), release: make(chan struct{})}
-	r.pipe.client.AddHook(g)
+	g := holdPipelines(r)
 	inspected := make(chan error, 2)
 	go func() { _, _, err := r.Inspect(ctx, "elsewhere"); inspected <- err }()
 	<-g.arrived // a pipeline is on the wire: what follows queues

@@ -354,6 +354,13 @@ type gate struct {
 	release chan struct{}
 }
 
+// holdPipelines makes r's pipelines wait at a gate from now on.
+func holdPipelines(r *Redis) *gate {
+	g := &gate{arrived: make(chan struct{}, 8), release: make(chan struct{})}
+	r.pipe.client.AddHook(g)
+	return g
+}
+
 func (g *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -374,8 +381,7 @@ func TestCloseWaitsForQueuedSettles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{arrived: make(chan struct{}, 8), release: make(chan struct{})}
-	r.pipe.client.AddHook(g)
+	g := holdPipelines(r)
 	admitted := make(chan error, 1)
 	go func() {
 		l, err := r.Admit(ctx, "queued", Call{ID: "second", Cents: 4}, lim)
