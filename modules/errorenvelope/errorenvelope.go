@@ -38,7 +38,8 @@ const (
 type Handler struct {
 	// Mode is "v2" (default: the /api/v2 envelope and X-Request-Id) or
 	// "router" (the model router body, X-Service-Request-Id and
-	// X-Service-Error-Type).
+	// X-Service-Error-Type, mirrored as X-Comfy-Request-Id and
+	// X-Comfy-Error-Type).
 	Mode string `json:"mode,omitempty"`
 
 	logger *zap.Logger
@@ -69,12 +70,29 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// RequestIDHeader returns the header that carries the request id in mode.
+// RequestIDHeader returns the header that carries the request id in mode
+// (in router mode also mirrored, see routerMirror).
 func RequestIDHeader(mode string) string {
 	if mode == ModeRouter {
 		return "X-Service-Request-Id"
 	}
 	return "X-Request-Id"
+}
+
+// Router mode answers with the contract's X-Service-* headers and mirrors
+// each under the public Comfy router's X-Comfy-* name, which the official
+// SDKs read (comfy.models.run takes its requestId and error code from
+// them): one value, two names, so clients of either find it.
+const (
+	routerErrorTypeHeader = "X-Service-Error-Type"
+	comfyRequestIDHeader  = "X-Comfy-Request-Id"
+	comfyErrorTypeHeader  = "X-Comfy-Error-Type"
+)
+
+// SetRouterErrorType sets a router response's error bucket headers.
+func SetRouterErrorType(h http.Header, bucket string) {
+	h.Set(routerErrorTypeHeader, bucket)
+	h.Set(comfyErrorTypeHeader, bucket)
 }
 
 // ServeHTTP sets the request id and renders any error from next.
@@ -85,6 +103,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		reqID = repl.ReplaceAll("{http.request.uuid}", "")
 	}
 	w.Header().Set(RequestIDHeader(h.Mode), reqID)
+	if h.Mode == ModeRouter {
+		w.Header().Set(comfyRequestIDHeader, reqID)
+	}
 	rec := &headerTracker{ResponseWriter: w}
 	err := next.ServeHTTP(rec, r)
 	if err == nil {
@@ -149,7 +170,7 @@ func (h *Handler) write(w http.ResponseWriter, e *apierr.Error) {
 	hdr.Del("Content-Length")
 	var body any
 	if h.Mode == ModeRouter {
-		hdr.Set("X-Service-Error-Type", e.Code)
+		SetRouterErrorType(hdr, e.Code)
 		body = routerBody(e)
 	} else {
 		body = v2Body(e)

@@ -354,6 +354,13 @@ func TestServeHTTPRouterMode(t *testing.T) {
 			if got := rec.Header().Get("X-Service-Error-Type"); got != tt.errorType {
 				t.Fatalf("X-Service-Error-Type = %q, want %q", got, tt.errorType)
 			}
+			// The public Comfy router's names, which the official SDKs read.
+			if got := rec.Header().Get("X-Comfy-Request-Id"); got != "svc-1" {
+				t.Fatalf("X-Comfy-Request-Id = %q, want the request id", got)
+			}
+			if got := rec.Header().Get("X-Comfy-Error-Type"); got != tt.errorType {
+				t.Fatalf("X-Comfy-Error-Type = %q, want %q", got, tt.errorType)
+			}
 			var body map[string]any
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("body %q: %v", rec.Body, err)

@@ -36,7 +36,7 @@ const DefaultMaxBodyBytes = 10 << 20
 // DefaultRedisPrefix starts every limiter key.
 const DefaultRedisPrefix = "comfygate:router:"
 
-// Handler serves /v1/models….
+// Handler serves /v1/models… (and the same routes under /v2/models).
 type Handler struct {
 	// Catalog is the catalog file (JSON). It is read when the config loads,
 	// so a config reload picks up a changed catalog. Accepts {env.X}.
@@ -196,9 +196,24 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
-// ServeHTTP routes /v1/models….
+// routePrefixes are the paths the router answers under: the contract's
+// /v1/models, and /v2/models, where the public Comfy router serves the same
+// routes and the official SDKs call them (comfy.models.run).
+var routePrefixes = [...]string{"/v1/models", "/v2/models"}
+
+// cutRoutePrefix splits a router path into its prefix and the rest.
+func cutRoutePrefix(path string) (prefix, rest string, ok bool) {
+	for _, p := range routePrefixes {
+		if rest, ok := strings.CutPrefix(path, p); ok && (rest == "" || rest[0] == '/') {
+			return p, rest, true
+		}
+	}
+	return "", "", false
+}
+
+// ServeHTTP routes /v1/models… and /v2/models….
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/models")
+	_, rest, ok := cutRoutePrefix(r.URL.Path)
 	if !ok {
 		return modelNotFound(nil)
 	}

@@ -23,6 +23,25 @@ func TestEtagMatches(t *testing.T) {
 	}
 }
 
+func TestCutRoutePrefix(t *testing.T) {
+	for _, c := range []struct {
+		path, prefix, rest string
+		ok                 bool
+	}{
+		{"/v1/models", "/v1/models", "", true},
+		{"/v1/models/", "/v1/models", "/", true},
+		{"/v2/models/acme/image/openapi.json", "/v2/models", "/acme/image/openapi.json", true},
+		{"/v1/modelsx", "", "", false},
+		{"/v3/models", "", "", false},
+		{"/api/v2/models", "", "", false},
+	} {
+		prefix, rest, ok := cutRoutePrefix(c.path)
+		if prefix != c.prefix || rest != c.rest || ok != c.ok {
+			t.Errorf("cutRoutePrefix(%q) = %q, %q, %v; want %q, %q, %v", c.path, prefix, rest, ok, c.prefix, c.rest, c.ok)
+		}
+	}
+}
+
 func TestValidKey(t *testing.T) {
 	for _, c := range []struct {
 		key  string

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/errorenvelope"
 	"github.com/comfygate/comfygate/modules/principal"
 	"github.com/comfygate/comfygate/modules/router/calls"
 	"github.com/comfygate/comfygate/modules/router/catalog"
@@ -170,13 +171,15 @@ func (h *Handler) serveDetail(w http.ResponseWriter, r *http.Request, id string)
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// schemaURL is the absolute https:// address of the model's schema document.
+// schemaURL is the absolute https:// address of the model's schema
+// document, under the route prefix the request came in on.
 func (h *Handler) schemaURL(r *http.Request, m *catalog.Model) string {
 	base := "https://" + r.Host
 	if h.baseURL != nil {
 		base = h.baseURL.String()
 	}
-	return base + "/v1/models/" + m.ID + "/openapi.json"
+	prefix, _, _ := cutRoutePrefix(r.URL.Path)
+	return base + prefix + "/" + m.ID + "/openapi.json"
 }
 
 const schemaCacheControl = "private, must-revalidate"
@@ -286,11 +289,14 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) e
 		hdr[k] = vs
 	}
 	if resp.Bucket != "" {
-		hdr.Set("X-Service-Error-Type", resp.Bucket)
+		errorenvelope.SetRouterErrorType(hdr, resp.Bucket)
 	}
 	if resp.ContentType != "" {
 		hdr.Set("Content-Type", resp.ContentType)
 	}
+	// The partner's bytes under the partner's type: a browser must not
+	// sniff them into something else.
+	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, err = w.Write(resp.Body)

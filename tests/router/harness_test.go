@@ -151,7 +151,8 @@ func (g *routerGateway) caddyfile() string {
 
 http://:{PORT} {
 	bind 127.0.0.1
-	route /v1/models* {
+	@router path /v1/models /v1/models/* /v2/models /v2/models/*
+	route @router {
 		error_envelope router
 		comfy_auth jwt {
 			key HS256 secret ` + jwtSecret + `
@@ -274,6 +275,13 @@ func call(t testing.TB, method, url, tok string, body []byte, hdr map[string]str
 	}
 	if r.Status >= 400 && r.Header.Get("X-Service-Error-Type") == "" {
 		t.Errorf("%s %s: error %d without X-Service-Error-Type: %s", method, url, r.Status, r.Body)
+	}
+	// The same values under the public Comfy router's names, which the
+	// official SDKs read.
+	for _, name := range []string{"Request-Id", "Error-Type"} {
+		if svc, comfy := r.Header.Get("X-Service-"+name), r.Header.Get("X-Comfy-"+name); svc != comfy {
+			t.Errorf("%s %s: X-Service-%s %q but X-Comfy-%s %q", method, url, name, svc, name, comfy)
+		}
 	}
 	return r
 }
