@@ -1,5 +1,7 @@
-// Package sdk runs the official Comfy SDK (@comfyorg/sdk, Node) against a
-// real gateway started from the self-hosted example Caddyfile.
+// Package sdk runs the official Comfy SDK (@comfyorg/sdk, Node) against
+// real gateways: its jobs and assets client against one started from the
+// self-hosted example Caddyfile (every *.test.mjs here), and its
+// comfy.models.run against model_router (router/models.test.mjs).
 package sdk
 
 import (
