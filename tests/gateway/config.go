@@ -1,5 +1,7 @@
 package gateway
 
+import "strings"
+
 // V2Site is what a test gateway serving /api/v2 needs besides its
 // comfygate options.
 type V2Site struct {
@@ -15,10 +17,6 @@ type V2Site struct {
 // comfygate global option body is global and whose site serves the v2 API
 // in the documented handler order.
 func V2Config(global string, site V2Site) string {
-	admin := "admin off"
-	if site.Admin != "" {
-		admin = "admin " + site.Admin
-	}
 	auth := site.Auth
 	if auth == "" {
 		auth = "comfy_auth none"
@@ -27,14 +25,7 @@ func V2Config(global string, site V2Site) string {
 	if site.Pool != "" {
 		jobs += " " + site.Pool
 	}
-	return `{
-	` + admin + `
-	grace_period 1s
-	comfygate {
-		` + global + `
-	}
-}
-
+	return globalOptions(site.Admin, global) + `
 http://:{PORT} {
 	bind 127.0.0.1
 	route {
@@ -44,6 +35,61 @@ http://:{PORT} {
 		comfy_assets
 		` + jobs + `
 		error "not found" 404
+	}
+}
+`
+}
+
+// RouterSite configures RouterConfig's site.
+type RouterSite struct {
+	// Admin is Caddy's admin address; empty turns the endpoint off.
+	Admin string
+	// JWTSecret is comfy_auth's HS256 key.
+	JWTSecret string
+	// Catalog is model_router's catalog file.
+	Catalog string
+	// Options are further model_router lines, for example "max_in_flight 4".
+	Options []string
+}
+
+// RouterConfig is a Caddyfile for a gateway on {PORT} (see Start) whose
+// comfygate global option body is global and whose site serves the model
+// router under /v1/models and /v2/models, behind error_envelope router and
+// comfy_auth jwt, with http:// upstreams allowed (the partner peers) and
+// input_schema_url under https://router.test.
+func RouterConfig(global string, site RouterSite) string {
+	return globalOptions(site.Admin, global) + `
+http://:{PORT} {
+	bind 127.0.0.1
+	@router path /v1/models /v1/models/* /v2/models /v2/models/*
+	route @router {
+		error_envelope router
+		comfy_auth jwt {
+			key HS256 secret ` + site.JWTSecret + `
+		}
+		model_router {
+			catalog ` + site.Catalog + `
+			public_base https://router.test
+			allow_insecure_upstreams
+			` + strings.Join(site.Options, "\n\t\t\t") + `
+		}
+	}
+}
+`
+}
+
+// globalOptions is the global options block of a test gateway: admin at
+// the given address (off when empty), a short grace period, and comfygate
+// with body global.
+func globalOptions(admin, global string) string {
+	if admin == "" {
+		admin = "off"
+	}
+	return `{
+	admin ` + admin + `
+	grace_period 1s
+	comfygate {
+		` + global + `
 	}
 }
 `

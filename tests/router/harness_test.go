@@ -137,36 +137,12 @@ func startRouter(t *testing.T, b backend, models []model, options string) *route
 }
 
 func (g *routerGateway) caddyfile() string {
-	prefix := ""
+	site := gateway.RouterSite{Admin: "127.0.0.1:" + fmt.Sprint(g.adminPort), JWTSecret: jwtSecret,
+		Catalog: g.catalogPath, Options: []string{g.options}}
 	if g.prefix != "" {
-		prefix = "redis_prefix " + g.prefix
+		site.Options = append(site.Options, "redis_prefix "+g.prefix)
 	}
-	return `{
-	admin 127.0.0.1:` + fmt.Sprint(g.adminPort) + `
-	grace_period 1s
-	comfygate {
-		` + g.global + `
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	@router path /v1/models /v1/models/* /v2/models /v2/models/*
-	route @router {
-		error_envelope router
-		comfy_auth jwt {
-			key HS256 secret ` + jwtSecret + `
-		}
-		model_router {
-			catalog ` + g.catalogPath + `
-			public_base https://router.test
-			allow_insecure_upstreams
-			` + prefix + `
-			` + g.options + `
-		}
-	}
-}
-`
+	return gateway.RouterConfig(g.global, site)
 }
 
 // reload rewrites the catalog and loads the same Caddyfile again through

@@ -36,29 +36,8 @@ func TestOfficialSDKModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secret = "sdk-router-test-secret-0123456789abcdef"
-	cfg := `{
-	admin off
-	comfygate {
-		storage embedded ./data
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	@router path /v1/models /v1/models/* /v2/models /v2/models/*
-	route @router {
-		error_envelope router
-		comfy_auth jwt {
-			key HS256 secret ` + secret + `
-		}
-		model_router {
-			catalog ` + catalogPath + `
-			allow_insecure_upstreams
-			max_in_flight 4
-		}
-	}
-}
-`
+	cfg := gateway.RouterConfig("storage embedded ./data",
+		gateway.RouterSite{JWTSecret: secret, Catalog: catalogPath, Options: []string{"max_in_flight 4"}})
 	g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"workspace_id": "ws-sdk", "exp": time.Now().Add(time.Hour).Unix(),
