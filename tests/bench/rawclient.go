@@ -60,8 +60,8 @@ func newRawSubmitter(addr, path string, body []byte, conns int) *rawSubmitter {
 	return s
 }
 
-// submit sends one request on an idle connection and returns its status;
-// err is set when the exchange failed or the answer was not a 201.
+// submit sends one request on an idle connection; its error is set when
+// the exchange failed or the answer was not a 201.
 func (s *rawSubmitter) submit() error {
 	c := <-s.conns
 	err := s.exchange(&c)

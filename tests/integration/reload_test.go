@@ -21,8 +21,8 @@ func TestReloadKeepsRunningJobs(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	adminPort := gateway.FreePort(t)
 	cfg := func(marker string) string {
-		c := siteConfig(clusterGlobal(dsn, pgtest.RedisURL(t), "\t\t\tconcurrency 1"), "comfy_auth none")
-		c = strings.Replace(c, "admin off", fmt.Sprintf("admin 127.0.0.1:%d", adminPort), 1)
+		c := gateway.V2Config(clusterGlobal(dsn, pgtest.RedisURL(t), "\t\t\tconcurrency 1"),
+			gateway.V2Site{Auth: "comfy_auth none", Admin: fmt.Sprintf("127.0.0.1:%d", adminPort)})
 		return strings.Replace(c, "\tbind 127.0.0.1\n", "\tbind 127.0.0.1\n\theader X-Config "+marker+"\n", 1)
 	}
 	blobs := t.TempDir()

@@ -43,37 +43,15 @@ func TestRouterOverheadBenchmark(t *testing.T) {
 	proxyPort := gateway.FreePort(t)
 	adminPort := gateway.FreePort(t)
 	prefix := pgtest.KeyPrefix(t)
-	cfg := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	grace_period 1s
-	comfygate {
-		storage postgres %q
-		redis %q
-	}
-}
-
-http://:{PORT} {
-	bind 127.0.0.1
-	route /v1/models* {
-		error_envelope router
-		comfy_auth jwt {
-			key HS256 secret %s
-		}
-		model_router {
-			catalog %s
-			allow_insecure_upstreams
-			redis_prefix %s
-			max_in_flight 1000
-			spend_ceiling_cents 100000
-		}
-	}
-}
-
+	cfg := gateway.RouterConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q", pgtest.DSN(t), pgtest.RedisURL(t)),
+		gateway.RouterSite{Admin: fmt.Sprintf("127.0.0.1:%d", adminPort), JWTSecret: jwtSecret, Catalog: catalogPath,
+			Options: []string{"redis_prefix " + prefix, "max_in_flight 1000", "spend_ceiling_cents 100000"}})
+	cfg += fmt.Sprintf(`
 http://:%d {
 	bind 127.0.0.1
 	reverse_proxy %s
 }
-`, adminPort, pgtest.DSN(t), pgtest.RedisURL(t), jwtSecret, catalogPath, prefix, proxyPort, strings.TrimPrefix(peerURL, "http://"))
+`, proxyPort, strings.TrimPrefix(peerURL, "http://"))
 	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))})
 	workspaces := []string{"ws-bench", "ws-bench-2"}
 	jsonHdr := []http.Header{{"Content-Type": {"application/json"}}}
@@ -97,7 +75,8 @@ http://:%d {
 		{"(c') model_router, two workspaces in turn", g.URL + "/v1/models/bench/constant",
 			[]http.Header{bearer(workspaces[0]), bearer(workspaces[1])}},
 	}
-	const viaRedis = 4 // targets[viaRedis] is (c')
+	// Targets named by index: (b), (c), (a0) and (c').
+	const proxy, viaRouter, inProcessPeer, viaRedis = 1, 2, 3, 4
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 512}}
 	for _, tg := range targets { // warm up connections, scripts and caches
 		if _, _, err := load(hc, tg.url, tg.hdrs, 4, 300*time.Millisecond); err != nil {
@@ -109,7 +88,7 @@ http://:%d {
 		// c=32: go tool pprof -sample_index=alloc_space -base path.0 path.1
 		for i := range 2 {
 			if i == 1 {
-				_, _, _ = load(hc, targets[2].url, targets[2].hdrs, 32, 3*time.Second)
+				_, _, _ = load(hc, targets[viaRouter].url, targets[viaRouter].hdrs, 32, 3*time.Second)
 			}
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/allocs", adminPort))
 			if err != nil {
@@ -144,7 +123,7 @@ http://:%d {
 		if os.Getenv("ROUTER_BENCH_PROFILE_C1") != "" {
 			c = 1
 		}
-		target := 2
+		target := viaRouter
 		if os.Getenv("ROUTER_BENCH_PROFILE_B") != "" { // Caddy's reverse_proxy instead, to compare
 			target = 1
 		}
@@ -169,7 +148,8 @@ http://:%d {
 	gw1 := make([][]float64, len(targets))
 	for range rounds { // interleaved rounds, median of the rounds
 		for i, tg := range targets {
-			before, rs := sampleCPU(groups), redisScriptStats(t)
+			rs := redisScriptStats(t) // before the CPU sample: its INFO is not the target's work
+			before := sampleCPU(groups)
 			lat, r, err := load(hc, tg.url, tg.hdrs, 1, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
@@ -179,18 +159,19 @@ http://:%d {
 			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
 			gw1[i] = append(gw1[i], per[0])
 			switch i {
-			case 2:
+			case viaRouter:
 				scriptCalls1 = append(scriptCalls1, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
 			case viaRedis:
 				scriptCalls1Redis = append(scriptCalls1Redis, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
 			}
-			before, rs = sampleCPU(groups), redisScriptStats(t)
+			rs = redisScriptStats(t)
+			before = sampleCPU(groups)
 			lat, r, err = load(hc, tg.url, tg.hdrs, 32, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
 			per, machine = perRequest(before, sampleCPU(groups), float64(len(lat)))
-			if i == 2 {
+			if i == viaRouter {
 				after := redisScriptStats(t)
 				scriptCalls = append(scriptCalls, (after.calls-rs.calls)/float64(len(lat)))
 				scriptUsec = append(scriptUsec, (after.usec-rs.usec)/float64(len(lat)))
@@ -212,8 +193,8 @@ http://:%d {
 			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
 	}
 	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v), (c')-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them or a slot is handed over (below)\n",
-		medf(rps[2])/medf(rps[1]), medf(rps[viaRedis])/medf(rps[1]), (med(p50[2]) - a50).Round(time.Microsecond),
-		(med(p50[2]) - med(p50[3])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
+		medf(rps[viaRouter])/medf(rps[proxy]), medf(rps[viaRedis])/medf(rps[proxy]), (med(p50[viaRouter]) - a50).Round(time.Microsecond),
+		(med(p50[viaRouter]) - med(p50[inProcessPeer])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
 		limits.RoundTrips(0, 0))
 	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
 	for _, gr := range groups {
@@ -228,8 +209,8 @@ http://:%d {
 		out.WriteString("\n")
 	}
 	fmt.Fprintf(&out, "c=1: gateway CPU µs per request:")
-	for i, tg := range targets[1:3] {
-		fmt.Fprintf(&out, " %s %.0f;", tg.name, medf(gw1[i+1]))
+	for i, tg := range targets[proxy : viaRouter+1] {
+		fmt.Fprintf(&out, " %s %.0f;", tg.name, medf(gw1[proxy+i]))
 	}
 	fmt.Fprintf(&out, " EVALSHA per request: (c) %.2f (each a round trip of its own), (c') %.2f (the other workspace's settle and the admission: one round trip)\n", medf(scriptCalls1), medf(scriptCalls1Redis))
 	fmt.Fprintf(&out, "(c) at c=32: %.2f EVALSHA per request (one workspace: that is also Redis round trips per request), %.1f µs of Redis time in them per request (INFO commandstats; any other client of the server adds to both)\n",

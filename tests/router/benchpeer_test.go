@@ -64,15 +64,12 @@ func startPeerProcess(t *testing.T) (url string, pid int) {
 			<-done
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	eventually(t, 30*time.Second, "the peer process listening on "+addr, func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return "http://" + addr, cmd.Process.Pid
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("peer process never listened on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return "http://" + addr, cmd.Process.Pid
 }

@@ -3,7 +3,6 @@ package sdk
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -46,14 +45,7 @@ func TestOfficialSDKModels(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command("node", "--test", "--test-reporter=spec", filepath.Join("router", "models.test.mjs"))
-	cmd.Dir = sdkDir(t)
-	cmd.Env = append(os.Environ(), "COMFY_ROUTER_BASE_URL="+g.URL, "COMFY_API_KEY="+tok)
-	out, err := cmd.CombinedOutput()
-	t.Logf("node --test:\n%s", out)
-	if err != nil {
-		t.Fatalf("SDK router tests failed: %v", err)
-	}
+	runNodeTests(t, []string{"COMFY_ROUTER_BASE_URL=" + g.URL, "COMFY_API_KEY=" + tok}, filepath.Join("router", "models.test.mjs"))
 	// Two answered calls reach the partner: the first test's and the first
 	// of the same-key pair; the refusals and the replay never do.
 	if n := peer.Submissions(); n != 2 {

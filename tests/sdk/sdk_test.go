@@ -48,10 +48,16 @@ func runSDKTests(t *testing.T, g *gateway.Gateway) {
 	if err != nil || len(tests) == 0 {
 		t.Fatalf("no SDK tests found: %v", err)
 	}
-	args := append([]string{"--test", "--test-reporter=spec"}, tests...)
-	cmd := exec.Command("node", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "COMFY_BASE_URL="+g.URL, "COMFYGATE_TEST_PORT="+strconv.Itoa(g.Port))
+	runNodeTests(t, []string{"COMFY_BASE_URL=" + g.URL, "COMFYGATE_TEST_PORT=" + strconv.Itoa(g.Port)}, tests...)
+}
+
+// runNodeTests runs node's test runner on files (relative to sdkDir or
+// absolute) with env added to the environment, and fails t when any fails.
+func runNodeTests(t *testing.T, env []string, files ...string) {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{"--test", "--test-reporter=spec"}, files...)...)
+	cmd.Dir = sdkDir(t)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {
