@@ -77,3 +77,15 @@ func cycles(ids []string, deps map[string][]string) map[string]int {
 	}
 	return cycleIDs(ids, cycleComponents(idx))
 }
+
+// cycleIDs keys cycleComponents's answer by node id (ids as given to
+// depIndex), keeping only the nodes on a cycle: what the tests compare.
+func cycleIDs(ids []string, comp []int) map[string]int {
+	out := map[string]int{}
+	for i, c := range comp {
+		if c > 0 {
+			out[ids[i]] = c
+		}
+	}
+	return out
+}

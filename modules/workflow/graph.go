@@ -114,8 +114,12 @@ func unwrapValue(raw json.RawMessage) (json.RawMessage, bool) {
 // slices instead of maps: they run on every submit. All lists share one
 // backing array.
 func (g Graph) depIndex(ids []string) [][]int {
+	total := 0
+	for _, id := range ids {
+		total += len(g[id].Inputs)
+	}
 	deps := make([][]int, len(ids))
-	var all []int
+	all := make([]int, 0, total) // never grows: the lists stay valid
 	for i, id := range ids {
 		start := len(all)
 		for _, raw := range g[id].Inputs {
@@ -124,13 +128,6 @@ func (g Graph) depIndex(ids []string) [][]int {
 			}
 		}
 		deps[i] = all[start:len(all):len(all)]
-	}
-	// all may have moved while it grew: slice the final array again.
-	n := 0
-	for i := range deps {
-		k := len(deps[i])
-		deps[i] = all[n : n+k : n+k]
-		n += k
 	}
 	return deps
 }
@@ -145,7 +142,7 @@ func linkTarget(raw json.RawMessage, ids []string) (int, bool) {
 	if id, _, ok := plainLinkBytes(raw); ok {
 		return indexOf(ids, id)
 	}
-	l, kind := parseLink(raw)
+	l, kind := decodeLink(raw)
 	if kind != goodLink {
 		return 0, false
 	}
@@ -164,18 +161,6 @@ func indexOf(ids []string, id []byte) (int, bool) {
 		}
 	}
 	return lo, lo < len(ids) && ids[lo] == string(id)
-}
-
-// cycleIDs keys cycleComponents's answer by node id (ids as given to
-// depIndex), keeping only the nodes on a cycle.
-func cycleIDs(ids []string, comp []int) map[string]int {
-	out := map[string]int{}
-	for i, c := range comp {
-		if c > 0 {
-			out[ids[i]] = c
-		}
-	}
-	return out
 }
 
 // cycleComponents finds the nodes that lie on a dependency cycle, as

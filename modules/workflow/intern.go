@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -23,8 +24,13 @@ const (
 )
 
 var interned struct {
-	m  atomic.Pointer[map[string]string]
-	mu sync.Mutex // serializes inserts
+	m  atomic.Pointer[map[string]string] // never nil (see init)
+	mu sync.Mutex                        // serializes inserts
+}
+
+func init() {
+	empty := map[string]string{}
+	interned.m.Store(&empty)
 }
 
 // intern returns string(b), shared with earlier calls for the same bytes
@@ -33,35 +39,21 @@ func intern(b []byte) string {
 	if len(b) > maxInternBytes {
 		return string(b)
 	}
-	if m := interned.m.Load(); m != nil {
-		if s, ok := (*m)[string(b)]; ok { // no allocation for the lookup
-			return s
-		}
-	}
-	s := string(b)
-	interned.mu.Lock()
-	defer interned.mu.Unlock()
-	old := interned.m.Load()
-	if old != nil && len(*old) >= maxInterned {
+	if s, ok := (*interned.m.Load())[string(b)]; ok { // no allocation for the lookup
 		return s
 	}
-	next := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		if existing, ok := (*old)[s]; ok {
-			return existing
-		}
-		for k, v := range *old {
-			next[k] = v
-		}
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	old := *interned.m.Load()
+	if s, ok := old[string(b)]; ok { // another submit inserted it meanwhile
+		return s
 	}
+	s := string(b)
+	if len(old) >= maxInterned {
+		return s
+	}
+	next := maps.Clone(old)
 	next[s] = s
 	interned.m.Store(&next)
 	return s
-}
-
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }

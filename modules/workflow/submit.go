@@ -146,8 +146,8 @@ func parseExtraData(raw json.RawMessage) (map[string]string, error) {
 func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 	g := make(Graph, len(nodes))
 	bad := NodeErrors{}
-	for _, id := range sortedIDs(nodes) {
-		raw := bytes.TrimSpace(nodes[id])
+	for id, raw := range nodes { // each node's errors are its own: order does not show
+		raw = bytes.TrimSpace(raw)
 		f, ok := nodeFieldsOf(raw)
 		if !ok {
 			bad.add(id, "", ReasonInvalidNode, "a node must be an object with class_type and inputs")
@@ -158,9 +158,7 @@ func decodeGraph(nodes map[string]json.RawMessage) (Graph, error) {
 		if ct, ok := f.classType, f.hasClassType; ok {
 			if isPlainString(ct) {
 				n.ClassType = intern(ct[1 : len(ct)-1])
-			} else if s, ok := unmarshalString(ct); ok {
-				n.ClassType = s
-			} else {
+			} else if json.Unmarshal(ct, &n.ClassType) != nil {
 				bad.add(id, "class_type", ReasonMissingNodeType, "class_type must be a string")
 			}
 		}

@@ -81,10 +81,9 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 
 	deps := g.depIndex(ids)
 	if comp := cycleComponents(deps); comp != nil {
-		comps := cycleIDs(ids, comp)
 		for i, node := range ids { // sorted, like the reports
 			if comp[i] > 0 {
-				ne.add(node, cycleField(g[node], node, comps), ReasonCycle,
+				ne.add(node, cycleField(g[node], i, ids, comp), ReasonCycle,
 					"the node is part of a dependency cycle")
 			}
 		}
@@ -114,13 +113,13 @@ func Validate(g Graph, cat Catalog, opts ...Option) error {
 	return nil
 }
 
-// cycleField names the input through which a cyclic node reads from its
+// cycleField names the input through which node n, ids[i], reads from its
 // own cycle (the first by name), so the client sees which wire to cut.
-func cycleField(n Node, node string, comps map[string]int) string {
+// comp is cycleComponents's answer; comp[i] > 0.
+func cycleField(n Node, i int, ids []string, comp []int) string {
 	best := ""
 	for name, raw := range n.Inputs {
-		l, kind := parseLink(raw)
-		if kind != goodLink || comps[l.Node] != comps[node] {
+		if j, ok := linkTarget(raw, ids); !ok || comp[j] != comp[i] {
 			continue
 		}
 		if best == "" || name < best {
