@@ -30,11 +30,12 @@ func scanRouterCall(row pgx.Row) (storage.RouterCall, error) {
 }
 
 // handleArg passes a handle as jsonb text, NULL when absent.
-func handleArg(b []byte) any {
+func handleArg(b []byte) *string {
 	if b == nil {
 		return nil
 	}
-	return string(b)
+	s := string(b)
+	return &s
 }
 
 // CreateRouterCall inserts the record and, with a key, claims the key in the
@@ -202,10 +203,7 @@ func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCal
 		buckets[i], fingerprints[i], types[i] = c.Bucket, c.Fingerprint, c.ResponseContentType
 		statuses[i], responseStatuses[i] = int32(c.HTTPStatus), int32(c.ResponseStatus)
 		reserved[i], charged[i] = c.ReservedCents, c.ChargedCents
-		if c.ProviderHandle != nil {
-			h := string(c.ProviderHandle)
-			handles[i] = &h
-		}
+		handles[i] = handleArg(c.ProviderHandle)
 		bodies[i], replayable[i], finished[i] = c.ResponseBody, c.Replayable, c.FinishedAt
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO router_calls (request_id, workspace_id, model_id, state, bucket, http_status,

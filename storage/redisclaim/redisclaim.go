@@ -12,7 +12,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,11 +32,6 @@ type Store struct {
 	// one round trip and system call for many, each with its own answer.
 	pipe   *redispipe.Pipe
 	prefix string
-
-	// closeOnce keeps a repeated Close from dropping another holder's
-	// reference to the shared pipe.
-	closeOnce sync.Once
-	closeErr  error
 }
 
 var _ storage.ClaimStore = (*Store)(nil)
@@ -97,10 +91,8 @@ func (s *Store) Release(ctx context.Context, scope, key string) error {
 // Close releases the store's use of the shared client; the last user's
 // Close closes its connections.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		if err := s.pipe.Close(); err != nil {
-			s.closeErr = fmt.Errorf("redisclaim: close: %w", err)
-		}
-	})
-	return s.closeErr
+	if err := s.pipe.Close(); err != nil {
+		return fmt.Errorf("redisclaim: close: %w", err)
+	}
+	return nil
 }

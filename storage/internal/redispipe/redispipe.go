@@ -24,8 +24,17 @@ import (
 // no single caller's context.
 const batchTimeout = 10 * time.Second
 
-// Pipe is a shared Redis client with its command queue.
+// Pipe is one holder's use of the process's shared Redis client and its
+// command queue. Its Close releases that use once, however often it is
+// called, so no holder can drop another's.
 type Pipe struct {
+	*shared
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// shared is the client and queue every Pipe to one URL uses.
+type shared struct {
 	url    string
 	client *redis.Client
 	cmds   *combine.Combiner[redis.Cmder]
@@ -34,41 +43,41 @@ type Pipe struct {
 
 var registry struct {
 	mu    sync.Mutex
-	pipes map[string]*Pipe
+	pipes map[string]*shared
 }
 
-// Open returns the process's pipe to the Redis at url (a redis:// or
-// rediss:// URL), creating it on first use. Every Open must be matched by
-// one Close. It does not dial.
+// Open returns a use of the process's pipe to the Redis at url (a redis://
+// or rediss:// URL), creating the pipe on first use. Every Open must be
+// matched by a Close. It does not dial.
 func Open(url string) (*Pipe, error) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if p, ok := registry.pipes[url]; ok {
 		p.refs++
-		return p, nil
+		return &Pipe{shared: p}, nil
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, err // ParseURL's errors do not echo the URL
 	}
-	p := &Pipe{url: url, client: redis.NewClient(opts), refs: 1}
+	p := &shared{url: url, client: redis.NewClient(opts), refs: 1}
 	p.cmds = &combine.Combiner[redis.Cmder]{Timeout: batchTimeout, Run: p.run}
 	if registry.pipes == nil {
-		registry.pipes = map[string]*Pipe{}
+		registry.pipes = map[string]*shared{}
 	}
 	registry.pipes[url] = p
-	return p, nil
+	return &Pipe{shared: p}, nil
 }
 
 // Client is the shared client, for commands that need no batching.
-func (p *Pipe) Client() *redis.Client { return p.client }
+func (p *shared) Client() *redis.Client { return p.client }
 
 // Do sends cmd (built with redis.New…Cmd and ctx) and returns once its
 // reply, or error, is in cmd. A command that finds nothing in flight goes
 // out at once; others go out together in the next pipeline. The error is
 // set when ctx ended first; cmd may then still be in a running pipeline
 // and must be left alone.
-func (p *Pipe) Do(ctx context.Context, cmd redis.Cmder) error {
+func (p *shared) Do(ctx context.Context, cmd redis.Cmder) error {
 	alone, err := p.cmds.Do(ctx, cmd)
 	if err != nil {
 		return err
@@ -81,7 +90,7 @@ func (p *Pipe) Do(ctx context.Context, cmd redis.Cmder) error {
 }
 
 // run sends a batch as one pipeline.
-func (p *Pipe) run(ctx context.Context, cmds []redis.Cmder) {
+func (p *shared) run(ctx context.Context, cmds []redis.Cmder) {
 	pipe := p.client.Pipeline()
 	for _, c := range cmds {
 		_ = pipe.Process(ctx, c) // queues it
@@ -89,8 +98,14 @@ func (p *Pipe) run(ctx context.Context, cmds []redis.Cmder) {
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 }
 
-// Close releases this holder's use; the last one closes the client.
+// Close releases this holder's use (once; later calls return the first
+// result); the last use closes the client.
 func (p *Pipe) Close() error {
+	p.closeOnce.Do(func() { p.closeErr = p.release() })
+	return p.closeErr
+}
+
+func (p *shared) release() error {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	p.refs--
