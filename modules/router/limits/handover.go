@@ -62,7 +62,7 @@ func (r *Redis) handOver(workspace string, call Call, lim Limits) *Lease {
 	bounds := boundsOf(lim)
 	fresh := monoNow() - int64(min(r.ttl/3, maxHandoverAge))
 	o := r.pipe.takeFreed(r.keyTag(workspace), func(l *Lease) bool {
-		return !l.resumed && l.Cents >= call.Cents && l.admitted == bounds && l.renewed.Load() > fresh
+		return l.Cents >= call.Cents && l.admitted == bounds && l.renewed.Load() > fresh
 	})
 	if o == nil {
 		return nil

@@ -200,9 +200,9 @@ func (r *Refusal) RetryAfterSeconds() int {
 // costs 1. Operations of concurrent calls share round trips (and script
 // calls, per workspace): those issued while a pipeline is on the wire go
 // out together in the next one. An admission that takes over the slot of a
-// call still settling costs none (see Redis.handOver). The first use of the script on a server
-// adds one round trip (EVALSHA answered NOSCRIPT, then EVAL), once
-// per server lifetime.
+// call still settling costs none (see Redis.handOver). The first use of the
+// script on a server adds one round trip (EVALSHA answered NOSCRIPT, then
+// EVAL), once per server lifetime.
 type Limiter interface {
 	// Admit reserves a slot, the call's cents and one unit of every rate
 	// window for call in workspace, atomically. A refusal is a *Refusal; a
@@ -224,9 +224,9 @@ type Limiter interface {
 // RoundTrips is the number of Redis round trips the Redis limiter spends on
 // one admitted call that holds its lease for d with Lease.KeepAlive under
 // lease TTL ttl (0 = DefaultLeaseTTL) when no other call shares them or
-// takes its slot over: Admit 1 + Settle 1 + one heartbeat per TTL/3 elapsed. A refused call
-// costs 1. Script loading (NOSCRIPT then EVAL) adds 1 once per Redis
-// server start and is not counted. Memory makes none.
+// takes its slot over: Admit 1 + Settle 1 + one heartbeat per TTL/3
+// elapsed. A refused call costs 1. Script loading (NOSCRIPT then EVAL)
+// adds 1 once per Redis server start and is not counted. Memory makes none.
 func RoundTrips(d, ttl time.Duration) int {
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL

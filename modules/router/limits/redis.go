@@ -247,7 +247,10 @@ func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
 // from another goroutine.
 func (r *Redis) settleOrdered(l *Lease, charged int64, done func(error)) {
 	o := r.settleOp(l, charged)
-	if charged == 0 && !l.resumable {
+	// Only a slot that debits nothing, holds its reservation (a resumed
+	// lease does not know it) and that no other process settles by its id
+	// may be handed over.
+	if charged == 0 && !l.resumable && !l.resumed {
 		o.freed = l
 	}
 	o.onDone = func(_ any, err error) {
