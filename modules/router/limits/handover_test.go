@@ -37,13 +37,6 @@ func wantInFlight(t *testing.T, l *Redis, ws string, n int, cents int64) {
 	}
 }
 
-// settleStarted starts l's ordered settle and returns where its result arrives.
-func settleStarted(l *Lease, charged int64) chan error {
-	settled := make(chan error, 1)
-	l.SettleOrdered(charged, func(err error) { settled <- err })
-	return settled
-}
-
 // TestSettlingSlotIsHandedOver: the next admission of the workspace takes
 // the slot of a call whose settle has not been sent, without a round
 // trip; to everyone else the slot stays taken, with its reservation, and

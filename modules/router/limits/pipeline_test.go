@@ -230,6 +230,13 @@ func TestGroupKeepsEachWorkspacesOrder(t *testing.T) {
 	}
 }
 
+// settleStarted starts l's ordered settle and returns where its result arrives.
+func settleStarted(l *Lease, charged int64) chan error {
+	settled := make(chan error, 1)
+	l.SettleOrdered(charged, func(err error) { settled <- err })
+	return settled
+}
+
 // pipelineCounter counts the pipelines a client sends.
 type pipelineCounter struct{ n atomic.Int64 }
 
@@ -270,8 +277,7 @@ func TestSettleRidesWithTheNextAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := make(chan error, 1)
-	l.SettleOrdered(0, func(err error) { settled <- err })
+	settled := settleStarted(l, 0)
 	if got := counter.n.Load(); got != 1 {
 		t.Fatalf("%d pipelines after an admission and a started settle, want 1 (the settle lingers)", got)
 	}
@@ -299,8 +305,7 @@ func TestLingeringSettleGoesOutAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := make(chan error, 1)
-	l.SettleOrdered(0, func(err error) { settled <- err })
+	settled := settleStarted(l, 0)
 	select {
 	case err := <-settled:
 		if err != nil {
@@ -326,8 +331,7 @@ func TestCloseSendsLingeringSettles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := make(chan error, 1)
-	l.SettleOrdered(0, func(err error) { settled <- err })
+	settled := settleStarted(l, 0)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
