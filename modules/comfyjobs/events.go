@@ -18,9 +18,12 @@ import (
 // Stream timing. Clients (the official SDKs) treat 45 s of silence as a dead
 // stream, so keepalives come well within that; the reconcile poll re-reads
 // the job (once per job, for all its streams) so a lost bus event (or a
-// lagging subscriber) only delays a frame. One watch writes to all of a
-// job's streams in turn, so a client that stops reading holds the others
-// up for at most writeTimeout before it is dropped.
+// lagging subscriber) only delays a frame. A write that its client does not
+// take within writeTimeout cuts that stream (sink.go); since every stream is
+// written at least every keepaliveInterval, a client that stops reading is
+// cut at most keepaliveInterval+writeTimeout after it stopped. One watch
+// writes to all of a job's streams in turn, so such a client holds the
+// others up for at most writeTimeout.
 const (
 	keepaliveInterval = 15 * time.Second
 	reconcileInterval = 10 * time.Second
@@ -120,8 +123,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 		hdr.Set("Connection", "close")
 	}
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if err := rc.Flush(); err != nil {
+	ws := newWriterSink(w)
+	if err := ws.send(nil); err != nil {
 		release()
 		return nil
 	}
@@ -132,14 +135,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 		return nil
 	}
 	defer release()
-	ws := newWriterSink(w)
 	s.sink = ws
 	h.hub.attach(svc, p.AccountID, id, s)
-	select {
-	case <-ws.done:
-	case <-r.Context().Done():
-		ws.end()
-	}
+	ws.serveWriter(r)
 	return nil
 }
 

@@ -105,12 +105,14 @@ func (p *parkedSink) shut() {
 // writerSink serves a stream through the request's own ResponseWriter,
 // for connections that cannot be parked (HTTP/2 and 3, HTTP/1.0, an
 // encoded body). The request goroutine waits on done and ends the sink
-// when its client goes.
+// when its client goes; when a write failed it aborts the response (see
+// serveWriter) instead of finishing it.
 type writerSink struct {
 	mu     sync.Mutex
 	w      http.ResponseWriter
 	rc     *http.ResponseController
 	closed bool
+	broken bool // a write failed or timed out
 	done   chan struct{}
 }
 
@@ -118,17 +120,41 @@ func newWriterSink(w http.ResponseWriter) *writerSink {
 	return &writerSink{w: w, rc: http.NewResponseController(w), done: make(chan struct{})}
 }
 
+// send writes frames and flushes them (with none, it flushes what is
+// buffered: the headers). A client that does not take them within
+// writeTimeout gets an error, and the stream is dropped.
+//
+// The write deadline is armed only while a write is under way and lifted
+// as soon as it is through. An idle stream must carry none: on HTTP/2 a
+// deadline is a timer on the whole stream that resets it when it passes,
+// even with no write pending, and on HTTP/3 a deadline in the past fails
+// the next write. Lifting it also frees the stream from any write timeout
+// the server applies to ordinary responses.
 func (s *writerSink) send(frames []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return errStreamGone
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := s.w.Write(frames); err != nil {
+	if err := s.write(frames); err != nil {
+		s.broken = true
 		return err
 	}
-	return s.rc.Flush()
+	return nil
+}
+
+func (s *writerSink) write(frames []byte) error {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if len(frames) > 0 {
+		if _, err := s.w.Write(frames); err != nil {
+			return err
+		}
+	}
+	if err := s.rc.Flush(); err != nil {
+		return err
+	}
+	_ = s.rc.SetWriteDeadline(time.Time{})
+	return nil
 }
 
 // end stops writes (waiting for one in progress) and lets the request
@@ -139,5 +165,26 @@ func (s *writerSink) end() {
 	if !s.closed {
 		s.closed = true
 		close(s.done)
+	}
+}
+
+// serveWriter holds the request goroutine until the stream ends or its
+// client goes. A stream whose write failed is aborted, not finished: the
+// client must not take a cut-off stream for a complete one, and on HTTP/3
+// a finished stream would keep the bytes its stalled client never took
+// queued behind the end of the stream. http.ErrAbortHandler is the
+// standard way to say so (net/http and quic-go reset the HTTP/2 or HTTP/3
+// stream, or close the HTTP/1 connection, and log nothing).
+func (s *writerSink) serveWriter(r *http.Request) {
+	select {
+	case <-s.done:
+	case <-r.Context().Done():
+		s.end()
+	}
+	s.mu.Lock()
+	broken := s.broken
+	s.mu.Unlock()
+	if broken {
+		panic(http.ErrAbortHandler)
 	}
 }
