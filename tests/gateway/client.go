@@ -36,6 +36,12 @@ func (r Response) JSON(t testing.TB) map[string]any {
 // Do sends one request and reads the whole response.
 func Do(t testing.TB, method, url string, body io.Reader, header map[string]string) Response {
 	t.Helper()
+	return DoWith(t, http.DefaultClient, method, url, body, header)
+}
+
+// DoWith is Do through client.
+func DoWith(t testing.TB, client *http.Client, method, url string, body io.Reader, header map[string]string) Response {
+	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ func Do(t testing.TB, method, url string, body io.Reader, header map[string]stri
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

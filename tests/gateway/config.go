@@ -11,6 +11,9 @@ type V2Site struct {
 	Auth string
 	// Pool is the comfy_jobs pool; empty means the default pool.
 	Pool string
+	// TLS serves the site as https://127.0.0.1:{PORT} with a certificate
+	// of Caddy's internal CA; start it with Options.TLS.
+	TLS bool
 }
 
 // V2Config is a Caddyfile for a gateway on {PORT} (see Start) whose
@@ -25,9 +28,15 @@ func V2Config(global string, site V2Site) string {
 	if site.Pool != "" {
 		jobs += " " + site.Pool
 	}
-	return globalOptions(site.Admin, global) + `
-http://:{PORT} {
-	bind 127.0.0.1
+	address, tls, options := "http://:{PORT}", "", ""
+	if site.TLS {
+		// skip_install_trust: the tests trust the CA themselves; the
+		// machine's trust store is left alone.
+		address, tls, options = "https://127.0.0.1:{PORT}", "\n\ttls internal", "skip_install_trust"
+	}
+	return globalOptions(site.Admin, options, global) + `
+` + address + ` {
+	bind 127.0.0.1` + tls + `
 	route {
 		error_envelope
 		` + auth + `
@@ -58,7 +67,7 @@ type RouterSite struct {
 // comfy_auth jwt, with http:// upstreams allowed (the partner peers) and
 // input_schema_url under https://router.test.
 func RouterConfig(global string, site RouterSite) string {
-	return globalOptions(site.Admin, global) + `
+	return globalOptions(site.Admin, "", global) + `
 http://:{PORT} {
 	bind 127.0.0.1
 	@router path /v1/models /v1/models/* /v2/models /v2/models/*
@@ -79,15 +88,16 @@ http://:{PORT} {
 }
 
 // globalOptions is the global options block of a test gateway: admin at
-// the given address (off when empty), a short grace period, and comfygate
-// with body global.
-func globalOptions(admin, global string) string {
+// the given address (off when empty), a short grace period, further
+// global options (a line, may be empty), and comfygate with body global.
+func globalOptions(admin, options, global string) string {
 	if admin == "" {
 		admin = "off"
 	}
 	return `{
 	admin ` + admin + `
 	grace_period 1s
+	` + options + `
 	comfygate {
 		` + global + `
 	}

@@ -5,6 +5,8 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -86,7 +88,8 @@ func FreePort(t testing.TB) int {
 
 // Gateway is one running gateway process.
 type Gateway struct {
-	// URL is http://127.0.0.1:<port>.
+	// URL is http://127.0.0.1:<port>, or https://127.0.0.1:<port> with
+	// Options.TLS.
 	URL string
 	// Port is the HTTP port.
 	Port int
@@ -106,6 +109,11 @@ type Options struct {
 	Dir string
 	// Env is added to the process environment.
 	Env []string
+	// TLS says the Caddyfile serves https://127.0.0.1:{PORT} with
+	// Caddy's internal CA (tls internal, skip_install_trust). Caddy's
+	// data directory, which holds that CA, is then under Dir (see
+	// CACertFile).
+	TLS bool
 }
 
 // Start writes caddyfile (with {PORT} replaced) and runs the gateway with it.
@@ -124,8 +132,14 @@ func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	scheme := "http"
+	if opts.TLS {
+		scheme = "https"
+		opts.Env = append(opts.Env, "XDG_DATA_HOME="+filepath.Join(opts.Dir, "xdg-data"),
+			"XDG_CONFIG_HOME="+filepath.Join(opts.Dir, "xdg-config"))
+	}
 	g := &Gateway{
-		URL:  fmt.Sprintf("http://127.0.0.1:%d", opts.Port),
+		URL:  fmt.Sprintf("%s://127.0.0.1:%d", scheme, opts.Port),
 		Port: opts.Port,
 		Dir:  opts.Dir,
 		logs: &lockedBuffer{},
@@ -153,7 +167,11 @@ func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
 func (g *Gateway) waitReady(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	client := &http.Client{Timeout: 2 * time.Second}
+	// The probe only asks whether the site answers; trusting the internal
+	// CA is the tests' business (CACertFile).
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer client.CloseIdleConnections()
 	for time.Now().Before(deadline) {
 		select {
 		case <-g.done:
@@ -172,6 +190,27 @@ func (g *Gateway) waitReady(t testing.TB) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("gateway did not start within 60s:\n%s", g.logs.String())
+}
+
+// CACertFile is the PEM root certificate of the internal CA of a gateway
+// started with Options.TLS.
+func (g *Gateway) CACertFile() string {
+	return filepath.Join(g.Dir, "xdg-data", "caddy", "pki", "authorities", "local", "root.crt")
+}
+
+// TLSConfig trusts the internal CA of a gateway started with Options.TLS
+// and nothing else.
+func (g *Gateway) TLSConfig(t testing.TB) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(g.CACertFile())
+	if err != nil {
+		t.Fatalf("internal CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("internal CA: no certificate in %s", g.CACertFile())
+	}
+	return &tls.Config{RootCAs: pool}
 }
 
 // Logs returns what the process printed so far.

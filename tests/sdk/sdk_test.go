@@ -29,6 +29,26 @@ func TestOfficialSDK(t *testing.T) {
 	runSDKTests(t, gateway.Start(t, cfg, gateway.Options{}))
 }
 
+// TestOfficialSDKOverTLS runs the same SDK tests against the self-hosted
+// example served over HTTPS (Caddy's internal CA, which Node is told to
+// trust), the shape of a hosted front door.
+func TestOfficialSDKOverTLS(t *testing.T) {
+	root := gateway.RepoRoot(t)
+	requireSDK(t)
+	example, err := os.ReadFile(filepath.Join(root, "caddyfile-examples", "self-hosted.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(example), "{\n", "{\n\tadmin off\n\tskip_install_trust\n", 1)
+	site := "http://:8189 {\n\tbind 127.0.0.1\n"
+	if !strings.Contains(cfg, site) {
+		t.Fatalf("the self-hosted example no longer starts its site with %q", site)
+	}
+	cfg = strings.Replace(cfg, site, "https://127.0.0.1:{PORT} {\n\tbind 127.0.0.1\n\ttls internal\n", 1)
+	g := gateway.Start(t, cfg, gateway.Options{TLS: true})
+	runSDKTests(t, g, "NODE_EXTRA_CA_CERTS="+g.CACertFile())
+}
+
 // sdkDir is where the SDK's Node tests and their node_modules live.
 func sdkDir(t *testing.T) string { return filepath.Join(gateway.RepoRoot(t), "tests", "sdk") }
 
@@ -40,15 +60,17 @@ func requireSDK(t *testing.T) {
 	}
 }
 
-// runSDKTests runs every *.test.mjs against the gateway g.
-func runSDKTests(t *testing.T, g *gateway.Gateway) {
+// runSDKTests runs every *.test.mjs against the gateway g, with env added
+// to Node's environment.
+func runSDKTests(t *testing.T, g *gateway.Gateway, env ...string) {
 	t.Helper()
 	dir := sdkDir(t)
 	tests, err := filepath.Glob(filepath.Join(dir, "*.test.mjs"))
 	if err != nil || len(tests) == 0 {
 		t.Fatalf("no SDK tests found: %v", err)
 	}
-	runNodeTests(t, []string{"COMFY_BASE_URL=" + g.URL, "COMFYGATE_TEST_PORT=" + strconv.Itoa(g.Port)}, tests...)
+	env = append(env, "COMFY_BASE_URL="+g.URL, "COMFYGATE_TEST_PORT="+strconv.Itoa(g.Port))
+	runNodeTests(t, env, tests...)
 }
 
 // runNodeTests runs node's test runner on files (relative to sdkDir or

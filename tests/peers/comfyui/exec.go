@@ -11,6 +11,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"math/rand/v2"
 	"path"
 	"sort"
 	"strings"
@@ -25,7 +26,8 @@ var fakeClasses = map[string]string{
 	"TextOutput":  `{"required":{"text":["STRING",{"multiline":true}]}}`,
 	"MediaOutput": `{"required":{"filename_prefix":["STRING",{"default":"media"}]}}`,
 	"FailNode":    `{"required":{"message":["STRING",{"default":"boom"}]}}`,
-	"PreviewNode": `{"required":{"frames":["INT",{"default":3,"min":1,"max":1000}],"step_ms":["INT",{"default":100,"min":0,"max":60000}]}}`,
+	"PreviewNode": `{"required":{"frames":["INT",{"default":3,"min":1,"max":1000}],"step_ms":["INT",{"default":100,"min":0,"max":60000}]},` +
+		`"optional":{"size":["INT",{"default":4,"min":1,"max":1024}]}}`,
 }
 
 func catalog(omit []string) map[string]json.RawMessage {
@@ -283,9 +285,9 @@ func (e *execution) runFake(id string, n node) (map[string]any, error) {
 		msg, _ := n.Inputs["message"].(string)
 		return nil, errors.New(msg)
 	case "PreviewNode":
-		frames, stepMS := intInput(n, "frames", 3), intInput(n, "step_ms", 100)
+		frames, stepMS, size := intInput(n, "frames", 3), intInput(n, "step_ms", 100), intInput(n, "size", 4)
 		for i := 0; i < frames; i++ {
-			img := previewPNG(uint8(i * 40))
+			img := previewPNG(uint8(i*40), size)
 			e.p.sendBinary(e.pr.clientID, func(meta bool) []byte { return previewFrame(meta, e.pr.id, id, img) })
 			if !sleepCtx(ctx, time.Duration(stepMS)*time.Millisecond) {
 				return nil, ctx.Err()
@@ -315,10 +317,18 @@ func previewFrame(meta bool, promptID, nodeID string, img []byte) []byte {
 	return buf.Bytes()
 }
 
-func previewPNG(shade uint8) []byte {
-	im := image.NewRGBA(image.Rect(0, 0, 4, 4))
+// previewPNG is a size×size preview: one shade with a red corner, and
+// above 4 pixels noise on top, so that its PNG is as large as a real
+// sampler preview of that size (a preview that compresses to nothing would
+// not fill a slow client's buffers like real ones do).
+func previewPNG(shade uint8, size int) []byte {
+	im := image.NewRGBA(image.Rect(0, 0, size, size))
+	noise := rand.New(rand.NewPCG(uint64(shade), uint64(size)))
 	for i := range im.Pix {
 		im.Pix[i] = shade
+		if size > 4 {
+			im.Pix[i] ^= uint8(noise.Uint32())
+		}
 	}
 	im.Set(0, 0, color.RGBA{255, 0, 0, 255})
 	var buf bytes.Buffer
