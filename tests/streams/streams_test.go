@@ -19,11 +19,11 @@ type follower struct {
 }
 
 // TestStreamsOverEveryProtocol: streams of one queued job — one over
-// HTTP/1.1, one over HTTP/3, and a hundred multiplexed on one HTTP/2
+// HTTP/1.1, one over HTTP/3, and 110 multiplexed on one HTTP/2
 // connection — stay open 40 s on keepalives, then carry the live frames
 // while the job runs (across a node that is quiet for 12 s) and end
 // cleanly after the terminal status. Ten of the HTTP/2 streams are closed
-// by the client midway; the other ninety do not notice.
+// by the client midway; the other hundred do not notice.
 func TestStreamsOverEveryProtocol(t *testing.T) {
 	t.Parallel()
 	s := startSite(t, "max_streams 128")
@@ -44,12 +44,12 @@ func TestStreamsOverEveryProtocol(t *testing.T) {
 		// The first HTTP/2 stream opens the connection the others join.
 		{p: h2, resp: s.openStream(t, h2c, h2, target)},
 	}
-	for i := 1; i < 100; i++ {
-		followers = append(followers, &follower{p: h2, resp: s.openStream(t, h2c, h2, target), hungUp: i >= 90})
+	for i := 1; i < 110; i++ {
+		followers = append(followers, &follower{p: h2, resp: s.openStream(t, h2c, h2, target), hungUp: i >= 100})
 	}
 	opened := time.Now()
 	if n := dials.Load(); n != 1 {
-		t.Fatalf("100 HTTP/2 streams took %d connections, want 1", n)
+		t.Fatalf("110 HTTP/2 streams took %d connections, want 1", n)
 	}
 
 	var wg sync.WaitGroup
