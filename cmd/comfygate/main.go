@@ -1,17 +1,20 @@
-// Command comfygate is Caddy with the standard modules and comfygate's own,
-// exactly what `xcaddy build --with github.com/comfygate/comfygate` would produce.
+// Command comfygate is Caddy with the standard modules and comfygate's own
+// (the same modules as `xcaddy build --with github.com/comfygate/comfygate`)
+// and a command line that names itself comfygate (cli.go).
 package main
 
 import (
-	_ "time/tzdata"
+	"os"
 
-	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	_ "time/tzdata"
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	_ "github.com/comfygate/comfygate/modules"
+	_ "github.com/comfygate/comfygate"
 )
 
 func main() {
-	caddycmd.Main()
+	if err := newRootCommand().Execute(); err != nil {
+		os.Exit(exitCode(err))
+	}
 }
