@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/modules/version"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 )
@@ -208,6 +209,7 @@ func (a *App) Start() error {
 	if err := a.Ready(); err != nil {
 		return err
 	}
+	a.logger.Info("starting", zap.Stringer("build", version.Read()))
 	loopCtx, stop := context.WithCancel(a.ctx)
 	// Attempts run on their own context: a reload stops this config's
 	// claiming but lets its running attempts finish (they share the pooled

@@ -1,6 +1,24 @@
 package gateway
 
-import "strings"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// SelfHostedExample is caddyfile-examples/self-hosted.Caddyfile as a user
+// runs it, moved to {PORT} (see Start) and with the admin endpoint off so
+// that it cannot collide with anything else on this machine.
+func SelfHostedExample(t testing.TB) string {
+	t.Helper()
+	example, err := os.ReadFile(filepath.Join(RepoRoot(t), "caddyfile-examples", "self-hosted.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(string(example), ":8189", ":{PORT}")
+	return strings.Replace(cfg, "{\n", "{\n\tadmin off\n", 1)
+}
 
 // V2Site is what a test gateway serving /api/v2 needs besides its
 // comfygate options.

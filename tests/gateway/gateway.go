@@ -114,13 +114,18 @@ type Options struct {
 	// data directory, which holds that CA, is then under Dir (see
 	// CACertFile).
 	TLS bool
+	// Binary is the executable to run; empty means Binary(t).
+	Binary string
 }
 
 // Start writes caddyfile (with {PORT} replaced) and runs the gateway with it.
 // The process is stopped when the test ends.
 func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
 	t.Helper()
-	bin := Binary(t)
+	bin := opts.Binary
+	if bin == "" {
+		bin = Binary(t)
+	}
 	if opts.Port == 0 {
 		opts.Port = FreePort(t)
 	}

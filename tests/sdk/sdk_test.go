@@ -16,17 +16,8 @@ import (
 )
 
 func TestOfficialSDK(t *testing.T) {
-	root := gateway.RepoRoot(t)
 	requireSDK(t)
-	example, err := os.ReadFile(filepath.Join(root, "caddyfile-examples", "self-hosted.Caddyfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The example as a user runs it, on a free port and with admin off so
-	// that it cannot collide with anything else on this machine.
-	cfg := strings.ReplaceAll(string(example), ":8189", ":{PORT}")
-	cfg = strings.Replace(cfg, "{\n", "{\n\tadmin off\n", 1)
-	runSDKTests(t, gateway.Start(t, cfg, gateway.Options{}))
+	runSDKTests(t, gateway.Start(t, gateway.SelfHostedExample(t), gateway.Options{}))
 }
 
 // TestOfficialSDKOverTLS runs the same SDK tests against the self-hosted
