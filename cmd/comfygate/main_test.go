@@ -92,7 +92,6 @@ type manifest struct {
 	Dependencies []struct {
 		Module  string `json:"module"`
 		Version string `json:"version"`
-		Replace string `json:"replace"`
 	} `json:"dependencies"`
 	Modules []string `json:"modules"`
 	Build   string   `json:"build"`

@@ -53,11 +53,13 @@ func TestXcaddyPluginBuild(t *testing.T) {
 	t.Logf("building %s@%s (the committed tree at HEAD; uncommitted changes are not in it)", mv.Path, mv.Version)
 	t.Cleanup(func() { forgetModule(t, mv) })
 
+	// xcaddy.json's build command, for this version, plus the other plugin.
+	args := strings.Fields(strings.ReplaceAll(m.Build, "<version>", mv.Version))
+	if len(args) < 3 || args[0] != "xcaddy" || args[1] != "build" || args[2] != m.CaddyVersion || !slices.Contains(args, mv.Path+"@"+mv.Version) {
+		t.Fatalf("xcaddy.json build %q is not an xcaddy build of Caddy %s with %s@<version>", m.Build, m.CaddyVersion, mv.Path)
+	}
 	out := filepath.Join(t.TempDir(), "caddy")
-	build := exec.CommandContext(deadline(t), xcaddy, "build", m.CaddyVersion,
-		"--output", out,
-		"--with", mv.Path+"@"+mv.Version,
-		"--with", otherPlugin)
+	build := exec.CommandContext(deadline(t), xcaddy, append(args[1:], "--with", otherPlugin, "--output", out)...)
 	build.Dir = t.TempDir()
 	build.Env = append(os.Environ(),
 		"GOPROXY=file://"+proxy+","+goEnv(t, "GOPROXY"),
@@ -119,6 +121,7 @@ func TestXcaddyPluginBuild(t *testing.T) {
 type manifest struct {
 	CaddyVersion string   `json:"caddy_version"`
 	Modules      []string `json:"modules"`
+	Build        string   `json:"build"`
 }
 
 func readManifest(t *testing.T, root string) manifest {
@@ -128,7 +131,7 @@ func readManifest(t *testing.T, root string) manifest {
 		t.Fatal(err)
 	}
 	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil || m.CaddyVersion == "" || len(m.Modules) == 0 {
+	if err := json.Unmarshal(raw, &m); err != nil || m.CaddyVersion == "" || len(m.Modules) == 0 || m.Build == "" {
 		t.Fatalf("xcaddy.json: %v (%+v)", err, m)
 	}
 	return m
