@@ -231,15 +231,7 @@ func uploadAsset(t *testing.T, base, filePath string, data []byte) string {
 	}
 	f.Write(data)
 	w.Close()
-	r := gateway.Do(t, http.MethodPost, base+"/api/v2/assets", &body, map[string]string{"Content-Type": w.FormDataContentType()})
-	if r.Status != http.StatusCreated {
-		t.Fatalf("upload: %d %s", r.Status, r.Body)
-	}
-	id, _ := r.JSON(t)["id"].(string)
-	if id == "" {
-		t.Fatalf("upload answered no id: %s", r.Body)
-	}
-	return id
+	return createdID(t, "upload", gateway.Do(t, http.MethodPost, base+"/api/v2/assets", &body, map[string]string{"Content-Type": w.FormDataContentType()}))
 }
 
 // submitInvert submits LoadImage(image) → ImageInvert → SaveImage and
@@ -252,13 +244,18 @@ func submitInvert(t *testing.T, base, image string) string {
 		"3": map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "inverted", "images": []any{"2", 0}}},
 	}}
 	raw, _ := json.Marshal(wf)
-	r := gateway.Do(t, http.MethodPost, base+"/api/v2/jobs", bytes.NewReader(raw), map[string]string{"Content-Type": "application/json"})
+	return createdID(t, "submit", gateway.Do(t, http.MethodPost, base+"/api/v2/jobs", bytes.NewReader(raw), map[string]string{"Content-Type": "application/json"}))
+}
+
+// createdID is the id of what a 201 response created.
+func createdID(t *testing.T, what string, r gateway.Response) string {
+	t.Helper()
 	if r.Status != http.StatusCreated {
-		t.Fatalf("submit: %d %s", r.Status, r.Body)
+		t.Fatalf("%s: %d %s", what, r.Status, r.Body)
 	}
 	id, _ := r.JSON(t)["id"].(string)
 	if id == "" {
-		t.Fatalf("submit answered no id: %s", r.Body)
+		t.Fatalf("%s answered no id: %s", what, r.Body)
 	}
 	return id
 }
