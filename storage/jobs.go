@@ -140,8 +140,12 @@ type JobStore interface {
 	// GetJob returns the account's job with its outputs (and QueuePosition
 	// when it is queued), or ErrNotFound.
 	GetJob(ctx context.Context, accountID, id string) (Job, error)
-	// ListJobs returns the account's jobs, newest first, without outputs.
+	// ListJobs returns the account's jobs, newest first, without outputs;
+	// every account's when accountID is empty (the operator's view).
 	ListJobs(ctx context.Context, accountID string, q JobQuery) ([]Job, error)
+	// CountJobs returns each pool's queued jobs and its running (or
+	// canceling) ones. Pools with neither may be left out.
+	CountJobs(ctx context.Context) (map[string]PoolCounts, error)
 	// QueuePosition is the 1-based position of a queued job among its
 	// pool's queued jobs (oldest first); 0 when it is not queued.
 	QueuePosition(ctx context.Context, id string) (int, error)
@@ -184,6 +188,11 @@ type JobStore interface {
 	// every running job started before runningBefore, up to limit, and
 	// returns them. Expired jobs no longer hold their output assets.
 	ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]Job, error)
+}
+
+// PoolCounts are a pool's jobs waiting and running.
+type PoolCounts struct {
+	Queued, Running int64
 }
 
 // JobPageSize clamps a list limit to 1..100, treating anything outside as

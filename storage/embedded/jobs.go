@@ -124,8 +124,11 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 // ListJobs returns the account's jobs newest first (created_at, then id,
 // descending), without outputs. A Limit outside 1..100 means 100.
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
-	where := []string{`account_id = ?`}
-	args := []any{accountID}
+	var where []string
+	var args []any
+	if accountID != "" {
+		where, args = append(where, `account_id = ?`), append(args, accountID)
+	}
 	if len(q.Statuses) > 0 {
 		where = append(where, `status IN (?`+strings.Repeat(`, ?`, len(q.Statuses)-1)+`)`)
 		for _, st := range q.Statuses {
@@ -138,8 +141,39 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		args = append(args, c, c, q.Before.ID)
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
-	return queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
+	filter := ``
+	if len(where) > 0 {
+		filter = ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	return queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs`+filter+
 		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+}
+
+// CountJobs counts each pool's queued and running (or canceling) jobs on
+// the partial indexes of the queue and of leased jobs.
+func (s *Store) CountJobs(ctx context.Context) (map[string]storage.PoolCounts, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT pool, sum(status = 'queued'), sum(status <> 'queued') FROM (
+			SELECT pool, status FROM jobs WHERE status = 'queued'
+			UNION ALL
+			SELECT pool, status FROM jobs WHERE status IN ('running', 'canceling'))
+		GROUP BY pool`)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: count jobs: %w", err)
+	}
+	defer rows.Close()
+	counts := map[string]storage.PoolCounts{}
+	for rows.Next() {
+		var pool string
+		var c storage.PoolCounts
+		if err := rows.Scan(&pool, &c.Queued, &c.Running); err != nil {
+			return nil, fmt.Errorf("embedded: count jobs: %w", err)
+		}
+		counts[pool] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("embedded: count jobs: %w", err)
+	}
+	return counts, nil
 }
 
 // QueuePosition is the job's 1-based place among its pool's queued jobs,

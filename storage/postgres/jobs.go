@@ -171,8 +171,12 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 // ListJobs returns the account's jobs newest first (created_at, then id,
 // descending), without outputs. A Limit outside 1..100 means 100.
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
-	where := []string{`account_id = $1`}
-	args := []any{accountID}
+	var where []string
+	var args []any
+	if accountID != "" {
+		args = append(args, accountID)
+		where = append(where, `account_id = $1`)
+	}
 	if len(q.Statuses) > 0 {
 		args = append(args, q.Statuses)
 		where = append(where, fmt.Sprintf(`status = ANY($%d::text[])`, len(args)))
@@ -184,8 +188,39 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		where = append(where, fmt.Sprintf(`(created_at, id::text) < ($%d, $%d)`, len(args)-1, len(args)))
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
-	return queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs WHERE `+strings.Join(where, ` AND `)+
+	filter := ``
+	if len(where) > 0 {
+		filter = ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	return queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs`+filter+
 		` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+}
+
+// CountJobs reads each pool's queued jobs from queue_counts (O(pools), not
+// O(queue)) and its running ones on the partial index of leased jobs.
+func (s *Store) CountJobs(ctx context.Context) (map[string]storage.PoolCounts, error) {
+	rows, err := s.pool.Query(ctx, `SELECT pool, sum(queued)::bigint, sum(running)::bigint FROM (
+			SELECT pool, n AS queued, 0 AS running FROM queue_counts
+			UNION ALL
+			SELECT pool, 0, count(*) FROM jobs WHERE status IN ('running', 'canceling') GROUP BY pool) AS c
+		GROUP BY pool`)
+	if err != nil {
+		return nil, mapErr("count jobs", err)
+	}
+	defer rows.Close()
+	counts := map[string]storage.PoolCounts{}
+	for rows.Next() {
+		var pool string
+		var c storage.PoolCounts
+		if err := rows.Scan(&pool, &c.Queued, &c.Running); err != nil {
+			return nil, mapErr("count jobs", err)
+		}
+		counts[pool] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr("count jobs", err)
+	}
+	return counts, nil
 }
 
 // queuePositionOfJ is the 1-based place of the job row j among its pool's

@@ -47,6 +47,8 @@ func RunJobs(t *testing.T, open func(t *testing.T) storage.Store) {
 var jobCases = []storeCase{
 	{"CreateGetRoundTrip", testJobRoundTrip},
 	{"ListPagingAndFilter", testListJobs},
+	{"ListEveryAccount", testListEveryAccount},
+	{"CountJobs", testCountJobs},
 	{"QueueBoundConcurrent", testQueueBoundConcurrent},
 	{"IdempotencyBackstop", testJobIdempotency},
 	{"ClaimFIFOAndQueuePosition", testClaimFIFO},
@@ -411,4 +413,81 @@ func testJobIdempotency(t *testing.T, st storage.Store) {
 			wantNotFound(t, tc.name+": GetJob of the refused job", err)
 		}
 	}
+}
+
+// testListEveryAccount: ListJobs with no account lists every account's
+// jobs newest first, paged and filtered like one account's.
+func testListEveryAccount(t *testing.T, st storage.Store) {
+	pool := newID()
+	var want []string // newest first
+	for i := range 5 {
+		j := mustCreateJob(t, st, newJob([]string{"acct-a", "acct-b"}[i%2], pool))
+		want = append([]string{j.ID}, want...)
+		waitClockTick()
+	}
+	if _, err := st.CancelJob(ctx(t), "acct-b", want[1]); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	q := storage.JobQuery{Limit: 2}
+	for {
+		jobs, err := st.ListJobs(ctx(t), "", q)
+		if err != nil {
+			t.Fatalf("ListJobs: %v", err)
+		}
+		for _, j := range jobs {
+			got = append(got, j.ID)
+		}
+		if len(jobs) < 2 {
+			break
+		}
+		last := jobs[len(jobs)-1]
+		q.Before = &storage.JobCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("every account's jobs = %v, want %v", got, want)
+	}
+	canceled, err := st.ListJobs(ctx(t), "", storage.JobQuery{Statuses: []string{storage.JobCanceled}, Limit: 10})
+	if err != nil || len(canceled) != 1 || canceled[0].ID != want[1] || canceled[0].AccountID != "acct-b" {
+		t.Errorf("every account's canceled jobs = %v, %v; want %s of acct-b", canceled, err, want[1])
+	}
+}
+
+// testCountJobs: CountJobs follows jobs into and out of the queue and
+// running, per pool.
+func testCountJobs(t *testing.T, st storage.Store) {
+	fs := newFakeFS()
+	a, b := newID(), newID()
+	check := func(when string, want map[string]storage.PoolCounts) {
+		t.Helper()
+		got, err := st.CountJobs(ctx(t))
+		if err != nil {
+			t.Fatalf("%s: CountJobs: %v", when, err)
+		}
+		for pool, w := range want {
+			if got[pool] != w {
+				t.Errorf("%s: pool %s counts %+v, want %+v", when, pool[:8], got[pool], w)
+			}
+		}
+	}
+	check("empty", map[string]storage.PoolCounts{a: {}, b: {}})
+	var queued []storage.Job
+	for range 3 {
+		queued = append(queued, mustCreateJob(t, st, newJob("acct", a)))
+	}
+	mustCreateJob(t, st, newJob("acct", b))
+	check("after creates", map[string]storage.PoolCounts{a: {Queued: 3}, b: {Queued: 1}})
+	running := mustClaim(t, st, fs, a)
+	check("after a claim", map[string]storage.PoolCounts{a: {Queued: 2, Running: 1}, b: {Queued: 1}})
+	if _, err := st.CancelJob(ctx(t), "acct", running.ID); err != nil { // running → canceling
+		t.Fatal(err)
+	}
+	if _, err := st.CancelJob(ctx(t), "acct", queued[2].ID); err != nil { // queued → canceled
+		t.Fatal(err)
+	}
+	check("after cancels", map[string]storage.PoolCounts{a: {Queued: 1, Running: 1}, b: {Queued: 1}})
+	if _, err := st.FinishJob(ctx(t), running.ID, running.Attempt, storage.JobCanceled, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("after the end", map[string]storage.PoolCounts{a: {Queued: 1}, b: {Queued: 1}})
 }
