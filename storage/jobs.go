@@ -140,8 +140,9 @@ type JobStore interface {
 	// GetJob returns the account's job with its outputs (and QueuePosition
 	// when it is queued), or ErrNotFound.
 	GetJob(ctx context.Context, accountID, id string) (Job, error)
-	// ListJobs returns the account's jobs, newest first, without outputs;
-	// every account's when accountID is empty (the operator's view).
+	// ListJobs returns the account's jobs, newest first, with their
+	// outputs (read for the whole page at once); every account's when
+	// accountID is empty (the operator's view).
 	ListJobs(ctx context.Context, accountID string, q JobQuery) ([]Job, error)
 	// CountJobs returns each pool's queued jobs and its running (or
 	// canceling) ones. Pools with neither may be left out.

@@ -122,7 +122,7 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), without outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..100 means 100.
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -145,8 +145,47 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	return queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs`+filter+
+	jobs, err := queryJobs(ctx, s.read, `SELECT `+jobColumns+` FROM jobs`+filter+
 		` ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return jobs, attachOutputs(ctx, s.read, jobs)
+}
+
+// attachOutputs reads the outputs of every job in jobs with one query and
+// sets each job's Outputs, in commit order.
+func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*storage.Job, len(jobs))
+	args := make([]any, len(jobs))
+	for i := range jobs {
+		jobs[i].Outputs = []storage.Output{}
+		byID[jobs[i].ID] = &jobs[i]
+		args[i] = jobs[i].ID
+	}
+	rows, err := q.QueryContext(ctx, `SELECT o.job_id, o.node_id, o.name, o.type, `+assetColumnsA+`
+		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
+		WHERE o.job_id IN (?`+strings.Repeat(`, ?`, len(jobs)-1)+`) ORDER BY o.job_id, o.seq`, args...)
+	if err != nil {
+		return fmt.Errorf("embedded: list job outputs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var jobID string
+		var o storage.Output
+		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type); err != nil {
+			return fmt.Errorf("embedded: list job outputs: %w", err)
+		}
+		j := byID[jobID]
+		j.Outputs = append(j.Outputs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("embedded: list job outputs: %w", err)
+	}
+	return nil
 }
 
 // CountJobs counts each pool's queued and running (or canceling) jobs on

@@ -169,7 +169,7 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), without outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..100 means 100.
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -192,8 +192,47 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	return queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs`+filter+
+	jobs, err := queryJobs(ctx, s.pool, fmt.Sprintf(`SELECT `+jobColumns+` FROM jobs`+filter+
 		` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+	if err != nil {
+		return nil, err
+	}
+	return jobs, attachOutputs(ctx, s.pool, jobs)
+}
+
+// attachOutputs reads the outputs of every job in jobs with one query (on
+// job_outputs' primary key) and sets each job's Outputs, in commit order.
+func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	byID := make(map[string]*storage.Job, len(jobs))
+	ids := make([]string, len(jobs))
+	for i := range jobs {
+		jobs[i].Outputs = []storage.Output{}
+		byID[jobs[i].ID] = &jobs[i]
+		ids[i] = jobs[i].ID
+	}
+	rows, err := q.Query(ctx, `SELECT o.job_id::text, o.node_id, o.name, o.type, `+assetColumnsA+`
+		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
+		WHERE o.job_id = ANY($1::uuid[]) ORDER BY o.job_id, o.seq`, ids)
+	if err != nil {
+		return mapErr("list job outputs", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var jobID string
+		var o storage.Output
+		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type); err != nil {
+			return mapErr("list job outputs", err)
+		}
+		j := byID[jobID]
+		j.Outputs = append(j.Outputs, o)
+	}
+	if err := rows.Err(); err != nil {
+		return mapErr("list job outputs", err)
+	}
+	return nil
 }
 
 // CountJobs reads each pool's queued jobs from queue_counts (O(pools), not

@@ -48,6 +48,7 @@ var jobCases = []storeCase{
 	{"CreateGetRoundTrip", testJobRoundTrip},
 	{"ListPagingAndFilter", testListJobs},
 	{"ListEveryAccount", testListEveryAccount},
+	{"ListWithOutputs", testListWithOutputs},
 	{"CountJobs", testCountJobs},
 	{"QueueBoundConcurrent", testQueueBoundConcurrent},
 	{"IdempotencyBackstop", testJobIdempotency},
@@ -490,4 +491,40 @@ func testCountJobs(t *testing.T, st storage.Store) {
 		t.Fatal(err)
 	}
 	check("after the end", map[string]storage.PoolCounts{a: {Queued: 1}, b: {Queued: 1}})
+}
+
+// testListWithOutputs: listed jobs carry their outputs, in commit order,
+// as GetJob has them; a job without outputs lists an empty slice.
+func testListWithOutputs(t *testing.T, st storage.Store) {
+	fs := newFakeFS()
+	account, pool := newID(), newID()
+	mustCreateJob(t, st, newJob(account, pool))
+	ran := mustClaim(t, st, fs, pool)
+	mustAddOutput(t, st, fs, ran, newOutput("9", hashOf("list-out-1")))
+	mustAddOutput(t, st, fs, ran, newOutput("3", hashOf("list-out-2")))
+	if _, err := st.FinishJob(ctx(t), ran.ID, ran.Attempt, storage.JobSucceeded, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitClockTick()
+	idle := mustCreateJob(t, st, newJob(account, pool))
+	for _, who := range []string{account, ""} {
+		jobs, err := st.ListJobs(ctx(t), who, storage.JobQuery{Limit: 10})
+		if err != nil || len(jobs) != 2 || jobs[0].ID != idle.ID || jobs[1].ID != ran.ID {
+			t.Fatalf("ListJobs(%q) = %v, %v", who, jobs, err)
+		}
+		if jobs[0].Outputs == nil || len(jobs[0].Outputs) != 0 {
+			t.Errorf("ListJobs(%q): a job without outputs lists %#v, want an empty slice", who, jobs[0].Outputs)
+		}
+		want := mustGetJob(t, st, account, ran.ID).Outputs
+		got := jobs[1].Outputs
+		if len(got) != 2 || len(want) != 2 {
+			t.Fatalf("ListJobs(%q): outputs %v, GetJob's %v", who, got, want)
+		}
+		for i := range got {
+			if got[i].NodeID != want[i].NodeID || got[i].Name != want[i].Name || got[i].Type != want[i].Type ||
+				got[i].Asset.ID != want[i].Asset.ID || got[i].Asset.Hash != want[i].Asset.Hash {
+				t.Errorf("ListJobs(%q): output %d = %+v, GetJob's %+v", who, i, got[i], want[i])
+			}
+		}
+	}
 }
