@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/version"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -131,7 +132,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.res = val.(*resources)
-	return nil
+	return a.registerMetrics(ctx)
 }
 
 // applyDefaults resolves placeholders and fills in defaults.
@@ -322,6 +323,7 @@ func (a *App) maintain(ctx context.Context) {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {
+		metrics.LastHour.Record(time.Now())
 		if n, err := a.Assets().SweepExpired(ctx, 500); err != nil && ctx.Err() == nil {
 			a.logger.Error("sweeping expired assets", zap.Error(err))
 		} else if n > 0 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -119,9 +121,36 @@ func (a *App) HasPool(name string) bool {
 // poolExecutor is a pool's executor and how many attempts it runs at once
 // in this process.
 type poolExecutor struct {
+	kind     string
 	exec     jobs.Executor
 	capacity int
 	start    func()
+	// workers reports a comfyui pool's workers; nil for a builtin pool.
+	workers func() []comfyui.WorkerState
+}
+
+// PoolState is what this process knows of one pool now.
+type PoolState struct {
+	Name, Kind string
+	// Capacity is how many attempts the pool runs at once in this process.
+	Capacity int
+	// Workers are a comfyui pool's servers; a builtin pool has none (it
+	// runs in this process and is always healthy).
+	Workers []comfyui.WorkerState
+}
+
+// PoolStates reports every pool, by name.
+func (a *App) PoolStates() []PoolState {
+	states := make([]PoolState, 0, len(a.executors))
+	for name, pe := range a.executors {
+		st := PoolState{Name: name, Kind: pe.kind, Capacity: pe.capacity}
+		if pe.workers != nil {
+			st.Workers = pe.workers()
+		}
+		states = append(states, st)
+	}
+	slices.SortFunc(states, func(x, y PoolState) int { return strings.Compare(x.Name, y.Name) })
+	return states
 }
 
 // provisionPools builds each pool's executor. Nothing connects here; a
@@ -135,7 +164,7 @@ func (a *App) provisionPools() error {
 			if n == 0 {
 				n = a.JobsConfig.Concurrency
 			}
-			a.executors[p.Name] = poolExecutor{exec: new(jobs.BuiltinExecutor), capacity: n}
+			a.executors[p.Name] = poolExecutor{kind: KindBuiltin, exec: new(jobs.BuiltinExecutor), capacity: n}
 		case KindComfyUI:
 			pe, err := a.comfyUIPool(p)
 			if err != nil {
@@ -184,7 +213,7 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 	}
 	a.poolKeys = append(a.poolKeys, "comfyui:"+string(key))
 	cp := val.(comfyUIDestructor).Pool
-	return poolExecutor{exec: cp, capacity: cp.Capacity(), start: cp.Start}, nil
+	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), start: cp.Start, workers: cp.Workers}, nil
 }
 
 // comfyUIDestructor closes a ComfyUI pool when no configuration uses it.

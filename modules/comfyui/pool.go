@@ -96,6 +96,27 @@ func (p *Pool) Capacity() int {
 	return n
 }
 
+// WorkerState is what the pool knows of one worker right now.
+type WorkerState struct {
+	// URL is the worker's base URL with any password redacted.
+	URL     string
+	Healthy bool
+	// Running is how many of this pool's attempts the worker has in
+	// flight, out of Capacity.
+	Running, Capacity int
+}
+
+// Workers reports every worker's state, in configuration order.
+func (p *Pool) Workers() []WorkerState {
+	states := make([]WorkerState, len(p.workers))
+	for i, w := range p.workers {
+		w.mu.Lock()
+		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency}
+		w.mu.Unlock()
+	}
+	return states
+}
+
 // notify wakes everything waiting for a change of the pool's state.
 func (p *Pool) notify() {
 	p.mu.Lock()

@@ -106,6 +106,14 @@ func TestJobsOnBuiltin(t *testing.T) {
 				if page["jobs"].([]any)[0].(map[string]any)["id"] == page2["jobs"].([]any)[0].(map[string]any)["id"] {
 					t.Error("a job appears on two pages")
 				}
+				// A listed job is the Job object, outputs included.
+				for _, p := range []map[string]any{page, page2} {
+					listed := p["jobs"].([]any)[0].(map[string]any)
+					outs, _ := listed["outputs"].([]any)
+					if len(outs) != 1 || outs[0].(map[string]any)["url"] == nil {
+						t.Errorf("a listed succeeded job's outputs: %v", listed["outputs"])
+					}
+				}
 				for _, q := range []string{"status=nope", "limit=0", "limit=101", "cursor=%%%"} {
 					if r := do(t, http.MethodGet, g.URL+"/api/v2/jobs?"+q, nil, nil); r.Status != 400 {
 						t.Errorf("%s: %d", q, r.Status)
