@@ -5,6 +5,7 @@ package modules
 import (
 	_ "github.com/comfygate/comfygate/modules/comfyassets"
 	_ "github.com/comfygate/comfygate/modules/comfyauth"
+	_ "github.com/comfygate/comfygate/modules/comfyconsole"
 	_ "github.com/comfygate/comfygate/modules/comfygate"
 	_ "github.com/comfygate/comfygate/modules/comfyjobs"
 	_ "github.com/comfygate/comfygate/modules/errorenvelope"

@@ -5,15 +5,11 @@
 package comfyjobs
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,12 +28,6 @@ import (
 func init() {
 	caddy.RegisterModule(Handler{})
 }
-
-// List paging bounds.
-const (
-	defaultListLimit = 20
-	maxListLimit     = 100
-)
 
 // Handler serves /api/v2/jobs.
 type Handler struct {
@@ -187,49 +177,19 @@ func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, svc *jobs.Ser
 	return httpx.WriteJSON(w, status, jobView(j, pos, httpx.LinksFor(r), time.Now()))
 }
 
-var knownStatuses = []string{storage.JobQueued, storage.JobRunning, storage.JobSucceeded,
-	storage.JobCanceling, storage.JobCanceled, storage.JobFailed, storage.JobExpired}
-
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal) error {
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	query, err := jobs.ParseListQuery(r.URL.RawQuery)
 	if err != nil {
-		return apierr.InvalidRequest("the query string is malformed")
+		return err
 	}
-	query := storage.JobQuery{Limit: defaultListLimit}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return apierr.InvalidRequest(fmt.Sprintf("limit must be an integer from 1 to %d", maxListLimit))
-		}
-		query.Limit = n
-	}
-	if v := q.Get("status"); v != "" {
-		for _, s := range strings.Split(v, ",") {
-			if !slices.Contains(knownStatuses, s) {
-				return apierr.InvalidRequest(fmt.Sprintf("unknown status %q", s))
-			}
-			query.Statuses = append(query.Statuses, s)
-		}
-	}
-	if v := q.Get("cursor"); v != "" {
-		c, err := decodeCursor(v)
-		if err != nil {
-			return apierr.InvalidRequest("cursor is not one this server issued")
-		}
-		query.Before = &c
-	}
-	// One extra row tells whether another page exists.
-	query.Limit++
-	list, err := svc.List(r.Context(), p.AccountID, query)
+	list, next, err := svc.List(r.Context(), p.AccountID, query)
 	if err != nil {
 		return err
 	}
 	links, now := httpx.LinksFor(r), time.Now()
 	body := map[string]any{}
-	if len(list) == query.Limit {
-		list = list[:len(list)-1]
-		last := list[len(list)-1]
-		body["next_cursor"] = encodeCursor(storage.JobCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	if next != "" {
+		body["next_cursor"] = next
 	}
 	views := make([]jobJSON, 0, len(list))
 	for _, j := range list {
@@ -237,28 +197,6 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, svc *jobs.Service
 	}
 	body["jobs"] = views
 	return httpx.WriteJSON(w, http.StatusOK, body)
-}
-
-// The list cursor is the last job's creation time and id; it only selects
-// the caller's own jobs, so it needs no signature.
-func encodeCursor(c storage.JobCursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + c.ID))
-}
-
-func decodeCursor(s string) (storage.JobCursor, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return storage.JobCursor{}, err
-	}
-	ts, id, ok := strings.Cut(string(raw), "|")
-	if !ok {
-		return storage.JobCursor{}, errors.New("malformed cursor")
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return storage.JobCursor{}, err
-	}
-	return storage.JobCursor{CreatedAt: t, ID: id}, nil
 }
 
 // Interface guards

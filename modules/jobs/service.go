@@ -247,13 +247,36 @@ func (s *Service) Cancel(ctx context.Context, account, id string) (storage.Job, 
 	return j, nil
 }
 
-// List returns a page of the account's jobs, newest first.
-func (s *Service) List(ctx context.Context, account string, q storage.JobQuery) ([]storage.Job, error) {
-	jobs, err := s.Store.ListJobs(ctx, account, q)
-	if err != nil {
-		return nil, apierr.Upstream(err)
+// List returns a page of the account's jobs, newest first, and the cursor
+// of the next page ("" on the last one).
+func (s *Service) List(ctx context.Context, account string, q storage.JobQuery) ([]storage.Job, string, error) {
+	if account == "" {
+		return nil, "", apierr.Upstream(errors.New("jobs: listing needs an account"))
 	}
-	return jobs, nil
+	return s.page(ctx, account, q)
+}
+
+// ListEveryAccount is List over every account's jobs: the operator's view.
+func (s *Service) ListEveryAccount(ctx context.Context, q storage.JobQuery) ([]storage.Job, string, error) {
+	return s.page(ctx, "", q)
+}
+
+// page reads one job more than q asks for, which tells whether a next
+// page exists.
+func (s *Service) page(ctx context.Context, account string, q storage.JobQuery) ([]storage.Job, string, error) {
+	q.Limit = storage.JobPageSize(q.Limit)
+	want := q.Limit
+	q.Limit++
+	page, err := s.Store.ListJobs(ctx, account, q)
+	if err != nil {
+		return nil, "", apierr.Upstream(err)
+	}
+	if len(page) <= want {
+		return page, "", nil
+	}
+	page = page[:want]
+	last := page[want-1]
+	return page, EncodeCursor(storage.JobCursor{CreatedAt: last.CreatedAt, ID: last.ID}), nil
 }
 
 func jobNotFound() error { return apierr.NotFound("job not found") }

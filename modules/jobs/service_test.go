@@ -150,7 +150,7 @@ func TestSubmitRefusalsClaimNothing(t *testing.T) {
 				t.Fatal("a refused submit claimed the idempotency key")
 			}
 			noEvent(t, queued)
-			list, err := e.svc.List(ctx, "acct", storage.JobQuery{Limit: 100})
+			list, _, err := e.svc.List(ctx, "acct", storage.JobQuery{Limit: 100})
 			if err != nil || len(list) != 0 {
 				t.Fatalf("refusal %d left jobs: %d, %v", i, len(list), err)
 			}
@@ -176,7 +176,7 @@ func TestSubmitClaimsKeyOnSuccess(t *testing.T) {
 	lost := idem.WithClaim(ctx, idem.New(memclaim.New(), "acct", "k", 0))
 	_, err = e.svc.Submit(lost, "acct", submitBody(t, invertGraph("a.png")))
 	wantAPIErr(t, err, 422, "idempotency_key_reuse")
-	list, _ := e.svc.List(ctx, "acct", storage.JobQuery{Limit: 100})
+	list, _, _ := e.svc.List(ctx, "acct", storage.JobQuery{Limit: 100})
 	if len(list) != 1 {
 		t.Fatalf("%d jobs after duplicates, want 1", len(list))
 	}

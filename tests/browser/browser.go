@@ -35,6 +35,7 @@ func New(t testing.TB, o Options) context.Context {
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // the tests run as root here
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
 	)
 	if o.TrustCertOf != "" {
 		flags = append(flags, chromedp.Flag("ignore-certificate-errors-spki-list", spkiHash(t, o.TrustCertOf, o.TLS)))
