@@ -13,7 +13,6 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-
 // links returns the link builder of a request on a deployment mount.
 func links(t *testing.T) httpx.Links {
 	t.Helper()
