@@ -10,6 +10,7 @@ import (
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/principal"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/bus"
@@ -55,7 +56,9 @@ func (l *streamLimiter) acquire(account string) (release func(), ok bool) {
 		return nil, false
 	}
 	l.open[account]++
+	metrics.StreamsOpen.Inc()
 	return func() {
+		metrics.StreamsOpen.Dec()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.open[account]--; l.open[account] <= 0 {

@@ -66,7 +66,7 @@ func jobView(j storage.Job, queuePos *int, links httpx.Links, now time.Time) job
 		Progress:      orNull(j.Progress),
 		Outputs:       make([]outputJSON, 0, len(j.Outputs)),
 		Error:         orNull(j.Error),
-		Metrics:       metrics(j, now),
+		Metrics:       metricsView(j, now),
 		URLs:          urlsJSON{Self: self, Events: self + "/events", Cancel: self + "/cancel"},
 	}
 	for _, o := range j.Outputs {
@@ -95,7 +95,7 @@ func outputView(o storage.Output, jobID string, links httpx.Links, now time.Time
 }
 
 // metrics derives queue and execution time; each is null until known.
-func metrics(j storage.Job, now time.Time) metricsJSON {
+func metricsView(j storage.Job, now time.Time) metricsJSON {
 	var m metricsJSON
 	if j.StartedAt != nil {
 		q := j.StartedAt.Sub(j.CreatedAt).Milliseconds()

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/metrics"
 )
 
 func init() {
@@ -163,6 +164,7 @@ func fromStatus(status int) *apierr.Error {
 }
 
 func (h *Handler) write(w http.ResponseWriter, e *apierr.Error) {
+	metrics.ErrorResponses.WithLabelValues(e.Code).Inc()
 	hdr := w.Header()
 	e.SetHeaders(hdr)
 	hdr.Set("Content-Type", "application/json")

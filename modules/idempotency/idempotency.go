@@ -8,6 +8,7 @@ package idempotency
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/idem"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/principal"
 )
 
@@ -74,7 +77,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	claim := idem.New(h.app.Claims(), p.AccountID, key[0], time.Duration(h.TTL))
 	err := next.ServeHTTP(w, r.WithContext(idem.WithClaim(r.Context(), claim)))
 	claim.Settle(r.Context(), err)
+	if e, ok := apierr.As(err); ok && e.Code == apierr.IdempotencyKeyReuse().Code {
+		metrics.IdempotencyKeyReuses.WithLabelValues(routeOf(r)).Inc()
+	}
 	return err
+}
+
+// routeOf names the v2 collection a request went to (assets, jobs), the
+// label of the key-reuse count.
+func routeOf(r *http.Request) string {
+	_, rest, _ := httpx.Route(r.URL.Path)
+	collection, _, _ := strings.Cut(rest, "/")
+	switch collection {
+	case "assets", "jobs":
+		return collection
+	}
+	return "other"
 }
 
 // Interface guards

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/workflow"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -133,6 +134,9 @@ func (d *Dispatcher) work(ctx context.Context) {
 				break
 			}
 			d.kick() // there may be more; let another worker look
+			if job.Attempt == 1 && job.StartedAt != nil {
+				metrics.JobQueueWait.WithLabelValues(job.Pool).Observe(job.StartedAt.Sub(job.CreatedAt).Seconds())
+			}
 			runCtx := d.RunContext
 			if runCtx == nil {
 				runCtx = ctx
@@ -197,6 +201,7 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 		log.Error("recording the end of a job", zap.String("status", status), zap.Error(err))
 		return
 	}
+	countEnd(done)
 	d.ExtraData.Delete(job.ID)
 	publishStatus(parent, d.Bus, done)
 }
@@ -211,6 +216,7 @@ func (d *Dispatcher) release(ctx context.Context, job storage.Job) {
 		}
 		return
 	}
+	countRequeued(j)
 	publishStatus(ctx, d.Bus, j)
 	if j.Status == storage.JobQueued {
 		_ = d.Bus.Publish(ctx, bus.Event{JobID: j.ID, Kind: "queued", Pool: j.Pool})
@@ -359,6 +365,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 			d.Logger.Error("reclaiming expired leases", zap.Error(err))
 		}
 		for _, j := range changed {
+			countRequeued(j)
 			publishStatus(ctx, d.Bus, j)
 			if j.Status == storage.JobQueued {
 				_ = d.Bus.Publish(ctx, bus.Event{JobID: j.ID, Kind: "queued", Pool: j.Pool})
@@ -369,6 +376,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 			d.Logger.Error("expiring jobs", zap.Error(err))
 		}
 		for _, j := range expired {
+			countEnd(j)
 			publishStatus(ctx, d.Bus, j)
 		}
 	}

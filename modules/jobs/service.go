@@ -16,6 +16,7 @@ import (
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/idem"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/workflow"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -108,6 +109,7 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 	case err != nil:
 		return storage.Job{}, apierr.Upstream(err)
 	}
+	metrics.JobsSubmitted.WithLabelValues(job.Pool).Inc()
 	if len(sub.ExtraData) > 0 && s.ExtraData != nil {
 		s.ExtraData.Put(job.ID, sub.ExtraData)
 	}
@@ -241,6 +243,9 @@ func (s *Service) Cancel(ctx context.Context, account, id string) (storage.Job, 
 		return storage.Job{}, apierr.Upstream(err)
 	}
 	if j.Status != before.Status {
+		if storage.Terminal(j.Status) {
+			countEnd(j) // a queued job, canceled at once
+		}
 		s.ExtraData.Delete(j.ID)
 		publishStatus(context.WithoutCancel(ctx), s.Bus, j)
 	}
@@ -280,6 +285,24 @@ func (s *Service) page(ctx context.Context, account string, q storage.JobQuery) 
 }
 
 func jobNotFound() error { return apierr.NotFound("job not found") }
+
+// countEnd counts a job that reached its terminal status here (each
+// transition happens in exactly one process), with how long it ran.
+func countEnd(j storage.Job) {
+	metrics.JobsFinished.WithLabelValues(j.Pool, j.Status).Inc()
+	if j.StartedAt != nil && j.CompletedAt != nil {
+		metrics.JobExecution.WithLabelValues(j.Pool, j.Status).Observe(j.CompletedAt.Sub(*j.StartedAt).Seconds())
+	}
+}
+
+// countRequeued counts attempts handed back to the queue.
+func countRequeued(j storage.Job) {
+	if j.Status == storage.JobQueued {
+		metrics.AttemptsReclaimed.WithLabelValues(j.Pool).Inc()
+	} else if storage.Terminal(j.Status) {
+		countEnd(j)
+	}
+}
 
 // publishStatus tells streams that j changed state; they re-read it.
 func publishStatus(ctx context.Context, b bus.Bus, j storage.Job) {

@@ -74,8 +74,8 @@ var (
 		Help: "Router answers replayed for a repeated Idempotency-Key."})
 	RouterSpendReserved = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_spend_reserved_cents_total",
 		Help: "Spend reserved at the admission of router calls, in cents."})
-	RouterSpendSettled = counterVec("router_spend_settled_cents_total",
-		"Spend settled (charged) when router calls finished, in cents, by provider.", "provider")
+	RouterSpendSettled = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_spend_settled_cents_total",
+		Help: "Spend settled (charged) when router calls finished, in cents."})
 )
 
 // Errors.

@@ -23,14 +23,11 @@ type Usage struct {
 
 // ReadUsage reads the counters now.
 func ReadUsage() Usage {
-	u := Usage{UploadBytes: value(UploadBytes),
+	u := Usage{UploadBytes: value(UploadBytes), RouterSettledCents: value(RouterSpendSettled),
 		UploadRefusals: sumBy(UploadRefusals, "code"), RouterCalls: sumBy(RouterCalls, "bucket")}
 	outcomes := sumBy(Uploads, "outcome")
 	u.Uploads = outcomes["stored"] + outcomes["deduplicated"]
 	u.Deduplicated = outcomes["deduplicated"]
-	for _, cents := range sumBy(RouterSpendSettled, "provider") {
-		u.RouterSettledCents += cents
-	}
 	return u
 }
 

@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/errorenvelope"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/principal"
 	"github.com/comfygate/comfygate/modules/router/calls"
 	"github.com/comfygate/comfygate/modules/router/catalog"
@@ -237,7 +239,19 @@ func validKey(k string) bool {
 	return true
 }
 
-func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) error {
+func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) (err error) {
+	// Every call is counted by provider (only once the model is one of the
+	// catalog's: ids from the URL are unbounded) and by how it ended.
+	start, provider, bucket := time.Now(), "none", "ok"
+	defer func() {
+		if e, ok := apierr.As(err); ok {
+			bucket = e.Code
+		} else if err != nil {
+			bucket = calls.BucketInternal
+		}
+		metrics.RouterCalls.WithLabelValues(provider, bucket).Inc()
+		metrics.RouterCallDuration.WithLabelValues(provider).Observe(time.Since(start).Seconds())
+	}()
 	p, ok := principal.From(r.Context())
 	if !ok || p.WorkspaceID == "" {
 		return apierr.Unauthorized()
@@ -246,6 +260,7 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) e
 	if err != nil {
 		return err
 	}
+	provider = m.Provider
 	key, hasKey := "", len(r.Header.Values("Idempotency-Key")) > 0
 	if hasKey {
 		key = r.Header.Get("Idempotency-Key")
@@ -283,6 +298,12 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) e
 	resp, err := h.service.Call(r.Context(), req)
 	if err != nil {
 		return err
+	}
+	if resp.Bucket != "" {
+		bucket = resp.Bucket
+	}
+	if resp.Header.Get("Idempotent-Replayed") == "true" {
+		metrics.RouterReplays.Inc()
 	}
 	hdr := w.Header()
 	for k, vs := range resp.Header {

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/router/catalog"
 	"github.com/comfygate/comfygate/modules/router/limits"
 	"github.com/comfygate/comfygate/modules/router/provider"
@@ -240,6 +241,7 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}
+	metrics.RouterSpendReserved.Add(float64(m.PriceCents))
 	return s.dispatch(ctx, req, rec, lease)
 }
 
@@ -248,6 +250,7 @@ func admissionError(err error) *apierr.Error {
 	var ref *limits.Refusal
 	switch {
 	case errors.As(err, &ref):
+		metrics.RouterLimitRefusals.WithLabelValues(string(ref.Reason)).Inc()
 		switch ref.Reason {
 		case limits.ReasonRate:
 			return routerErr(http.StatusTooManyRequests, BucketRateLimited, ref.Detail()).

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/router/catalog"
 	"github.com/comfygate/comfygate/modules/router/limits"
 	"github.com/comfygate/comfygate/modules/router/provider"
@@ -280,6 +281,12 @@ func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provide
 
 // settle releases the lease on a detached, bounded context.
 func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64) {
+	metrics.RouterSpendSettled.Add(float64(charged))
+	s.settleLease(ctx, lease, charged)
+}
+
+// settleLease is settle without counting the charge (a retry of one).
+func (s *Service) settleLease(ctx context.Context, lease *limits.Lease, charged int64) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var err error
@@ -294,6 +301,7 @@ func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64
 // settleOrdered releases the lease with Lease.SettleOrdered; a failure is
 // retried in the background like settle.
 func (s *Service) settleOrdered(lease *limits.Lease, charged int64) {
+	metrics.RouterSpendSettled.Add(float64(charged))
 	s.bg.Add(1)
 	lease.SettleOrdered(charged, func(err error) {
 		if err == nil {
@@ -302,7 +310,7 @@ func (s *Service) settleOrdered(lease *limits.Lease, charged int64) {
 		}
 		go func() {
 			defer s.bg.Done()
-			s.settle(context.Background(), lease, charged)
+			s.settleLease(context.Background(), lease, charged)
 		}()
 	})
 }
