@@ -56,8 +56,11 @@ type Job struct {
 	ID        string
 	AccountID string
 	// Pool names the worker pool that runs the job.
-	Pool   string
-	Status string
+	Pool string
+	// DeploymentID is the serverless deployment the job was submitted
+	// through; empty for the self-hosted and cloud surfaces.
+	DeploymentID string
+	Status       string
 	// Workflow is the API-format graph as submitted (never extra_data).
 	Workflow    json.RawMessage
 	CreatedAt   time.Time
@@ -93,8 +96,10 @@ type NewJob struct {
 	ID        string
 	AccountID string
 	Pool      string
-	Workflow  json.RawMessage
-	ExpiresAt time.Time
+	// DeploymentID is the deployment the job is submitted through, if any.
+	DeploymentID string
+	Workflow     json.RawMessage
+	ExpiresAt    time.Time
 	// IdempotencyKey, when set, is unique per account among jobs: the
 	// durable backstop behind the ClaimStore.
 	IdempotencyKey string
@@ -123,6 +128,8 @@ type JobQuery struct {
 	Limit int
 	// Before, when set, continues after the job with this creation time and id.
 	Before *JobCursor
+	// DeploymentID, when set, selects only the jobs of that deployment.
+	DeploymentID string
 }
 
 // JobCursor is a position in a newest-first list.
@@ -189,6 +196,40 @@ type JobStore interface {
 	// every running job started before runningBefore, up to limit, and
 	// returns them. Expired jobs no longer hold their output assets.
 	ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]Job, error)
+	// CancelDeploymentJobs cancels every queued and running job of the
+	// deployment as CancelJob does (queued → canceled, running →
+	// canceling) and returns the jobs it changed, oldest first, without
+	// outputs.
+	CancelDeploymentJobs(ctx context.Context, deploymentID string) ([]Job, error)
+	// DeleteExpiredJobs deletes up to limit terminal jobs whose ExpiresAt
+	// is before before, with their output rows and run logs (the output
+	// assets follow their own retention), and returns how many it deleted.
+	DeleteExpiredJobs(ctx context.Context, before time.Time, limit int) (int, error)
+	// SetJobLog stores the attempt's run log, replacing an earlier one.
+	// The text must be valid UTF-8 without NUL bytes and at most
+	// MaxJobLogBytes long. ErrLeaseLost when the attempt lost the job.
+	SetJobLog(ctx context.Context, id string, attempt int, log JobLog) error
+	// GetJobLog returns the run log of the account's job; ok is false when
+	// the job has none. ErrNotFound when the job does not exist.
+	GetJobLog(ctx context.Context, accountID, id string) (log JobLog, ok bool, err error)
+}
+
+// MaxJobLogBytes bounds a stored run log.
+const MaxJobLogBytes = 1 << 20
+
+// JobLog is what a job's run printed, captured for jobs of serverless
+// deployments. It lives in the job's record and goes with it.
+type JobLog struct {
+	Text string
+	// Truncated reports that the run printed more than MaxJobLogBytes and
+	// part of it was left out.
+	Truncated  bool
+	CapturedAt time.Time
+}
+
+// ValidJobLog reports whether every backend can store l.
+func ValidJobLog(l JobLog) bool {
+	return len(l.Text) <= MaxJobLogBytes && utf8.ValidString(l.Text) && !strings.ContainsRune(l.Text, 0)
 }
 
 // PoolCounts are a pool's jobs waiting and running.

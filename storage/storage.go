@@ -37,8 +37,11 @@ type Asset struct {
 	FilePath    string
 	Tags        []string
 	// JobID is the job that produced the asset; empty for uploads.
-	JobID     string
-	CreatedAt time.Time
+	JobID string
+	// DeploymentID is the deployment the asset was created through (for
+	// an output, its job's); empty otherwise.
+	DeploymentID string
+	CreatedAt    time.Time
 	// ExpiresAt is the asset's retention deadline; nil means never.
 	ExpiresAt *time.Time
 }
@@ -54,7 +57,10 @@ type NewAsset struct {
 	FilePath    string
 	Tags        []string
 	JobID       string
-	ExpiresAt   *time.Time
+	// DeploymentID is the deployment the asset is created through, if any.
+	// AddOutput takes it from the job.
+	DeploymentID string
+	ExpiresAt    *time.Time
 	// IdempotencyKey, when set, must be unique per account among assets: the
 	// durable backstop behind the ClaimStore.
 	IdempotencyKey string
@@ -128,6 +134,7 @@ type Store interface {
 	AssetStore
 	APIKeyStore
 	JobStore
+	DeploymentStore
 	// Migrate brings the schema up to date. It is safe to call concurrently
 	// from several processes.
 	Migrate(ctx context.Context) error

@@ -39,6 +39,9 @@ type Config struct {
 	Retention time.Duration
 	// Limits bound a submitted body and graph.
 	Limits workflow.Limits
+	// Deployment, when set, scopes the service to one serverless
+	// deployment: new jobs carry it, and only its jobs are found and listed.
+	Deployment string
 }
 
 // QueueFullRetryAfter is the Retry-After of a queue_full refusal, in seconds.
@@ -95,6 +98,7 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 		ID:             uuid.NewString(),
 		AccountID:      account,
 		Pool:           s.Config.Pool,
+		DeploymentID:   s.Config.Deployment,
 		Workflow:       sub.RawWorkflow,
 		ExpiresAt:      s.now().Add(s.Config.Retention).UTC(),
 		IdempotencyKey: idem.KeyOf(ctx),
@@ -196,13 +200,20 @@ func (s *Service) Get(ctx context.Context, account, id string) (storage.Job, err
 		return storage.Job{}, jobNotFound()
 	}
 	j, err := s.Store.GetJob(ctx, account, id)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !s.inScope(j)) {
 		return storage.Job{}, jobNotFound()
 	}
 	if err != nil {
 		return storage.Job{}, apierr.Upstream(err)
 	}
 	return j, nil
+}
+
+// inScope reports whether j may be seen through this service: on a
+// deployment only that deployment's jobs are (a job's deployment never
+// changes); elsewhere all of the account's.
+func (s *Service) inScope(j storage.Job) bool {
+	return s.Config.Deployment == "" || j.DeploymentID == s.Config.Deployment
 }
 
 // QueuePosition returns the job's 1-based queue position, or nil when it
@@ -258,6 +269,7 @@ func (s *Service) List(ctx context.Context, account string, q storage.JobQuery) 
 	if account == "" {
 		return nil, "", apierr.Upstream(errors.New("jobs: listing needs an account"))
 	}
+	q.DeploymentID = s.Config.Deployment
 	return s.page(ctx, account, q)
 }
 
@@ -308,4 +320,22 @@ func countRequeued(j storage.Job) {
 func publishStatus(ctx context.Context, b bus.Bus, j storage.Job) {
 	data, _ := json.Marshal(map[string]string{"status": j.Status})
 	_ = b.Publish(ctx, bus.Event{JobID: j.ID, Kind: "status", Data: data})
+}
+
+// CancelDeployment cancels every queued and running job of a deployment
+// through the ordinary transitions (queued → canceled, running →
+// canceling, which its dispatcher then ends as canceled) and tells their
+// streams and dispatchers. It returns the jobs it changed.
+func (s *Service) CancelDeployment(ctx context.Context, deploymentID string) ([]storage.Job, error) {
+	changed, err := s.Store.CancelDeploymentJobs(ctx, deploymentID)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range changed {
+		if storage.Terminal(j.Status) {
+			s.ExtraData.Delete(j.ID)
+		}
+		publishStatus(context.WithoutCancel(ctx), s.Bus, j)
+	}
+	return changed, nil
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // assetColumns is the SELECT list scanAsset reads, in order.
-const assetColumns = `id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at`
+const assetColumns = `id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at,
+	coalesce(deployment_id, '')`
 
 // newestFirst orders ties on created_at by insertion order.
 const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
@@ -61,7 +62,7 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 	created := storage.Created{Asset: storage.Asset{
 		ID: a.ID, AccountID: a.AccountID, Hash: a.Hash, SizeBytes: a.SizeBytes,
 		ContentType: a.ContentType, FilePath: a.FilePath, Tags: tags, JobID: a.JobID,
-		CreatedAt: now(), ExpiresAt: expires,
+		DeploymentID: a.DeploymentID, CreatedAt: now(), ExpiresAt: expires,
 	}}
 
 	var dup bool
@@ -86,11 +87,12 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 		return storage.Created{}, fmt.Errorf("embedded: publish blob: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO assets
-		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key,
+		 deployment_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, string(tagsJSON),
 		nullString(a.JobID), formatTime(created.Asset.CreatedAt), nullTime(expires),
-		nullString(a.IdempotencyKey))
+		nullString(a.IdempotencyKey), nullString(a.DeploymentID))
 	if isUniqueViolation(err) {
 		return storage.Created{}, fmt.Errorf("embedded: insert asset: %w", storage.ErrDuplicate)
 	}
@@ -269,7 +271,7 @@ func scanAsset(row scanner, lead ...any) (storage.Asset, error) {
 		jobID, expiresAt sql.NullString
 	)
 	dest := append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&tags, &jobID, &createdAt, &expiresAt)
+		&tags, &jobID, &createdAt, &expiresAt, &a.DeploymentID)
 	if err := row.Scan(dest...); err != nil {
 		return storage.Asset{}, err
 	}

@@ -16,11 +16,11 @@ var _ storage.JobStore = (*Store)(nil)
 
 // jobColumns is the SELECT list scanJob reads, in order.
 const jobColumns = `id, account_id, pool, status, workflow, created_at, started_at, completed_at,
-	expires_at, progress, error, attempt`
+	expires_at, progress, error, attempt, coalesce(deployment_id, '')`
 
 // assetColumnsA is assetColumns qualified for joins with job_outputs.
 const assetColumnsA = `a.id, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path, a.tags,
-	a.job_id, a.created_at, a.expires_at`
+	a.job_id, a.created_at, a.expires_at, coalesce(a.deployment_id, '')`
 
 // ownsLease is the condition every attempt write carries: the attempt still
 // holds the job. It is how a reclaimed attempt's late writes are refused.
@@ -58,7 +58,7 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		return storage.Job{}, errors.New("embedded: CreateJob needs a valid JSON workflow")
 	}
 	job := storage.Job{
-		ID: j.ID, AccountID: j.AccountID, Pool: j.Pool, Status: storage.JobQueued,
+		ID: j.ID, AccountID: j.AccountID, Pool: j.Pool, DeploymentID: j.DeploymentID, Status: storage.JobQueued,
 		Workflow: append(json.RawMessage(nil), j.Workflow...), CreatedAt: now(),
 		ExpiresAt: j.ExpiresAt.UTC().Truncate(time.Microsecond), Outputs: []storage.Output{},
 	}
@@ -83,10 +83,10 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO jobs
-			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key)
-			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)`,
+			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key, deployment_id)
+			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)`,
 			j.ID, j.AccountID, j.Pool, string(j.Workflow), formatTime(job.CreatedAt),
-			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey))
+			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey), nullString(j.DeploymentID))
 		if isUniqueViolation(err) {
 			return fmt.Errorf("embedded: insert job: %w", storage.ErrDuplicate)
 		}
@@ -134,6 +134,10 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		for _, st := range q.Statuses {
 			args = append(args, st)
 		}
+	}
+	if q.DeploymentID != "" {
+		where = append(where, `deployment_id = ?`)
+		args = append(args, q.DeploymentID)
 	}
 	if q.Before != nil {
 		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
@@ -318,7 +322,7 @@ func scanJob(row scanner) (storage.Job, error) {
 		progress, jobErr       sql.NullString
 	)
 	if err := row.Scan(&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &createdAt, &startedAt,
-		&completedAt, &expiresAt, &progress, &jobErr, &j.Attempt); err != nil {
+		&completedAt, &expiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID); err != nil {
 		return storage.Job{}, err
 	}
 	j.Workflow = append(json.RawMessage(nil), workflow...)

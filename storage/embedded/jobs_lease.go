@@ -140,7 +140,8 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	}
 	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT account_id FROM jobs WHERE `+ownsLease, id, attempt).Scan(&a.AccountID)
+		err := tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
+			id, attempt).Scan(&a.AccountID, &a.DeploymentID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return storage.ErrLeaseLost
 		}

@@ -14,14 +14,14 @@ import (
 
 // assetColumns is the select list scanAsset reads, in order.
 const assetColumns = `id::text, account_id, hash, size_bytes, content_type, file_path,
-	tags, coalesce(job_id::text, ''), created_at, expires_at`
+	tags, coalesce(job_id::text, ''), created_at, expires_at, coalesce(deployment_id, '')`
 
 // scanAsset reads one row selected with assetColumns; lead receives the
 // columns a query selects before them (a job output's node, name and type).
 func scanAsset(row pgx.Row, lead ...any) (storage.Asset, error) {
 	var a storage.Asset
 	err := row.Scan(append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt)...)
+		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt, &a.DeploymentID)...)
 	if err != nil {
 		return storage.Asset{}, err
 	}
@@ -85,10 +85,11 @@ func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish s
 		idemKey = &a.IdempotencyKey
 	}
 	row := tx.QueryRow(ctx, `INSERT INTO assets
-		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, expires_at, idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, expires_at, idempotency_key, deployment_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, nullif($11, ''))
 		RETURNING `+assetColumns,
-		a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, tags, nullUUID(a.JobID), a.ExpiresAt, idemKey)
+		a.ID, a.AccountID, a.Hash, a.SizeBytes, a.ContentType, a.FilePath, tags, nullUUID(a.JobID), a.ExpiresAt, idemKey,
+		a.DeploymentID)
 	created, err := scanAsset(row)
 	if err != nil {
 		return storage.Created{}, mapErr("create asset: insert", err)

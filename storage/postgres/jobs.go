@@ -18,11 +18,11 @@ var _ storage.JobStore = (*Store)(nil)
 // jobColumns is the select list scanJob reads, in order. The json columns
 // are read as text so the submitted bytes come back unchanged.
 const jobColumns = `id::text, account_id, pool, status, workflow::text, created_at, started_at,
-	completed_at, expires_at, progress::text, error::text, attempt`
+	completed_at, expires_at, progress::text, error::text, attempt, coalesce(deployment_id, '')`
 
 // assetColumnsA is assetColumns qualified for joins with job_outputs.
 const assetColumnsA = `a.id::text, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path,
-	a.tags, coalesce(a.job_id::text, ''), a.created_at, a.expires_at`
+	a.tags, coalesce(a.job_id::text, ''), a.created_at, a.expires_at, coalesce(a.deployment_id, '')`
 
 // ownsLease is the condition every attempt write carries: the attempt still
 // holds the job. It is how a reclaimed attempt's late writes are refused.
@@ -65,8 +65,8 @@ func jsonParam(b json.RawMessage) *string {
 // nothing inserts no row: the statement returns no rows.
 const createJobSQL = `WITH q AS (
 		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3)
-	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key)
-	SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6 FROM q
+	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, deployment_id)
+	SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6, nullif($8, '') FROM q
 	WHERE $7::bigint <= 0 OR q.queued < $7::bigint
 	RETURNING ` + jobColumns + `, greatest((SELECT queued FROM q), 0) + 1`
 
@@ -109,7 +109,7 @@ func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, e
 	}
 	var pos int64
 	job, err := scanJob(s.pool.QueryRow(ctx, createJobSQL,
-		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey, j.MaxQueued), &pos)
+		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey, j.MaxQueued, j.DeploymentID), &pos)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return storage.Job{}, s.refuseFull(ctx, j, idemKey)
@@ -180,6 +180,10 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 	if len(q.Statuses) > 0 {
 		args = append(args, q.Statuses)
 		where = append(where, fmt.Sprintf(`status = ANY($%d::text[])`, len(args)))
+	}
+	if q.DeploymentID != "" {
+		args = append(args, q.DeploymentID)
+		where = append(where, fmt.Sprintf(`deployment_id = $%d`, len(args)))
 	}
 	if q.Before != nil {
 		// id::text orders like the uuid for the lower-case form Postgres
@@ -384,7 +388,7 @@ func scanJob(row pgx.Row, extra ...any) (storage.Job, error) {
 		progress, jobErr *string
 	)
 	dest := append([]any{&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &j.CreatedAt, &j.StartedAt,
-		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt}, extra...)
+		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return storage.Job{}, err
 	}

@@ -42,8 +42,9 @@ const (
 )
 
 // createBatchSQL inserts many jobs of one pool in one autocommit statement:
-// $1 pool, $2..$6 parallel arrays (id, account_id, workflow, expires_at,
-// idempotency_key), $7 the bound (<= 0: none). Like createJobSQL it reads
+// $1 pool, $2..$6 and $8 parallel arrays (id, account_id, workflow,
+// expires_at, idempotency_key, deployment_id: '' for none), $7 the bound
+// (<= 0: none). Like createJobSQL it reads
 // the pool's queued count once (q) and admits rows, in array order, while
 // count + ordinal stays within the bound. Rows that conflict with an
 // existing job (duplicate ID or key, also within the batch) are skipped,
@@ -51,10 +52,11 @@ const (
 // comes back with the count read.
 const createBatchSQL = `WITH q AS (
 		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $1),
-	r AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
-		WITH ORDINALITY AS r(id, account_id, workflow, expires_at, idempotency_key, ord))
-	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key)
-	SELECT r.id::uuid, r.account_id, $1, 'queued', r.workflow::json, r.expires_at, r.idempotency_key
+	r AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $8::text[])
+		WITH ORDINALITY AS r(id, account_id, workflow, expires_at, idempotency_key, deployment_id, ord))
+	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, deployment_id)
+	SELECT r.id::uuid, r.account_id, $1, 'queued', r.workflow::json, r.expires_at, r.idempotency_key,
+		nullif(r.deployment_id, '')
 	FROM r, q
 	WHERE $7::bigint <= 0 OR q.queued + r.ord <= $7::bigint
 	ORDER BY r.ord
@@ -101,17 +103,18 @@ func (s *Store) writeGroups(ctx context.Context, batch []*createReq) {
 func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	n := len(reqs)
 	ids, accounts, workflows := make([]string, n), make([]string, n), make([]string, n)
-	expires, keys := make([]time.Time, n), make([]*string, n)
+	expires, keys, deployments := make([]time.Time, n), make([]*string, n), make([]string, n)
 	byID := make(map[string]*createReq, n)
 	for i, r := range reqs {
 		ids[i], accounts[i], workflows[i], expires[i] = r.j.ID, r.j.AccountID, string(r.j.Workflow), r.j.ExpiresAt
+		deployments[i] = r.j.DeploymentID
 		if r.j.IdempotencyKey != "" {
 			keys[i] = &r.j.IdempotencyKey
 		}
 		byID[canonicalUUID(r.j.ID)] = r // the form id::text returns
 	}
 	rows, err := s.pool.Query(ctx, createBatchSQL, reqs[0].j.Pool, ids, accounts, workflows, expires, keys,
-		reqs[0].j.MaxQueued)
+		reqs[0].j.MaxQueued, deployments)
 	if err != nil {
 		return
 	}
@@ -144,7 +147,7 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	for i, row := range got {
 		j := row.r.j
 		row.r.job = storage.Job{
-			ID: row.id, AccountID: j.AccountID, Pool: j.Pool, Status: storage.JobQueued,
+			ID: row.id, AccountID: j.AccountID, Pool: j.Pool, DeploymentID: j.DeploymentID, Status: storage.JobQueued,
 			Workflow:  append(json.RawMessage(nil), j.Workflow...),
 			CreatedAt: row.created.UTC(), ExpiresAt: row.expires.UTC(),
 			Outputs: []storage.Output{}, QueuePosition: int(row.queued) + i + 1,

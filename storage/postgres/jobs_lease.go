@@ -136,7 +136,8 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	}
 	defer rollback(ctx, tx)
 	a := out.Asset
-	err = tx.QueryRow(ctx, `SELECT account_id FROM jobs WHERE `+ownsLease+` FOR UPDATE`, id, attempt).Scan(&a.AccountID)
+	err = tx.QueryRow(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease+` FOR UPDATE`,
+		id, attempt).Scan(&a.AccountID, &a.DeploymentID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return storage.Output{}, storage.ErrLeaseLost
 	}
@@ -238,10 +239,14 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 	}
 	const due = `((status IN ('queued', 'running', 'canceling') AND expires_at < $1)
 		OR (status = 'running' AND started_at < $2))`
-	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET status = 'expired', completed_at = $1,
-			lease_owner = NULL, lease_expires_at = NULL
-		WHERE `+due+` AND id IN (SELECT id FROM jobs WHERE `+due+`
+	// The picked ids are a materialized CTE, read once: as a subquery the
+	// planner may rescan them after the update, when the rows just expired
+	// no longer qualify and the next ones would be picked too, passing limit.
+	jobs, err := queryJobs(ctx, s.pool, `WITH picked AS MATERIALIZED (SELECT id FROM jobs WHERE `+due+`
 			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE jobs SET status = 'expired', completed_at = $1,
+			lease_owner = NULL, lease_expires_at = NULL
+		WHERE `+due+` AND id IN (SELECT id FROM picked)
 		RETURNING `+jobColumns, now, runningBefore, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: expire jobs: %w", err)

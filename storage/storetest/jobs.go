@@ -107,6 +107,9 @@ func diffJob(got, want storage.Job) string {
 	if got.ID != want.ID || got.AccountID != want.AccountID || got.Pool != want.Pool {
 		add("ID/AccountID/Pool", []string{got.ID, got.AccountID, got.Pool}, []string{want.ID, want.AccountID, want.Pool})
 	}
+	if got.DeploymentID != want.DeploymentID {
+		add("DeploymentID", got.DeploymentID, want.DeploymentID)
+	}
 	if got.Status != want.Status {
 		add("Status", got.Status, want.Status)
 	}

@@ -49,6 +49,8 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Concurrency", concurrencyCases},
 		{"APIKeys", apiKeyCases},
 		{"Migrate", migrateCases},
+		{"Deployments", deploymentCases},
+		{"DeploymentJobs", deploymentJobCases},
 	}
 	groups = append(groups, jobGroups...)
 	for _, g := range groups {
@@ -257,6 +259,9 @@ func diffAsset(got, want storage.Asset) string {
 	if got.JobID != want.JobID {
 		add("JobID", got.JobID, want.JobID)
 	}
+	if got.DeploymentID != want.DeploymentID {
+		add("DeploymentID", got.DeploymentID, want.DeploymentID)
+	}
 	if !got.CreatedAt.Equal(want.CreatedAt) {
 		add("CreatedAt", got.CreatedAt, want.CreatedAt)
 	}
@@ -277,6 +282,6 @@ func expectFromNew(a storage.NewAsset, createdAt time.Time) storage.Asset {
 	return storage.Asset{
 		ID: a.ID, AccountID: a.AccountID, Hash: a.Hash, SizeBytes: a.SizeBytes,
 		ContentType: a.ContentType, FilePath: a.FilePath, Tags: a.Tags, JobID: a.JobID,
-		CreatedAt: createdAt, ExpiresAt: a.ExpiresAt,
+		DeploymentID: a.DeploymentID, CreatedAt: createdAt, ExpiresAt: a.ExpiresAt,
 	}
 }
