@@ -43,7 +43,7 @@ const (
 
 // createBatchSQL inserts many jobs of one pool in one autocommit statement:
 // $1 pool, $2..$6 and $8 parallel arrays (id, account_id, workflow,
-// expires_at, idempotency_key, deployment_id: '' for none), $7 the bound
+// expires_at, idempotency_key, deployment_id: ” for none), $7 the bound
 // (<= 0: none). Like createJobSQL it reads
 // the pool's queued count once (q) and admits rows, in array order, while
 // count + ordinal stays within the bound. Rows that conflict with an
