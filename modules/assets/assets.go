@@ -38,6 +38,9 @@ type Service struct {
 	DefaultRetention time.Duration
 	// MaxUploadBytes bounds a whole upload request body.
 	MaxUploadBytes int64
+	// Deployment is the serverless deployment new assets are created
+	// through, if any; they carry its id.
+	Deployment string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -102,6 +105,7 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 		ContentType:    req.ContentType,
 		FilePath:       req.FilePath,
 		Tags:           req.Tags,
+		DeploymentID:   s.Deployment,
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
 	}, func(string) error { return req.Upload.Publish() })
@@ -169,6 +173,7 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 		ContentType:    contentTypeOf(filePath),
 		FilePath:       filePath,
 		Tags:           in.Tags,
+		DeploymentID:   s.Deployment,
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
 	}, s.requirePresent)

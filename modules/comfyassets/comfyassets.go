@@ -18,6 +18,7 @@ import (
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/assets"
 	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/deployments"
 	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/principal"
 )
@@ -70,6 +71,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return apierr.Upstream(err)
 	}
 	svc := h.app.Assets()
+	if scope, scoped := deployments.From(r.Context()); scoped {
+		if !scope.Admitted() {
+			return apierr.Upstream(errors.New("comfy_assets: deployment not admitted; put comfy_auth after comfy_deployment"))
+		}
+		svc.Deployment = scope.ID
+		if scope.Public() && scope.Demo.MaxUploadBytes > 0 {
+			svc.MaxUploadBytes = min(svc.MaxUploadBytes, scope.Demo.MaxUploadBytes)
+		}
+	}
 	parts := strings.Split(rest, "/")
 	switch {
 	case len(parts) == 1:

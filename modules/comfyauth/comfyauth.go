@@ -19,6 +19,7 @@ import (
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/apikey"
 	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/deployments"
 	"github.com/comfygate/comfygate/modules/principal"
 	"github.com/comfygate/comfygate/modules/router/jwtauth"
 )
@@ -99,11 +100,23 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// ServeHTTP authenticates and calls next with the principal set.
+// ServeHTTP authenticates and calls next with the principal set. On a
+// deployment that comfy_deployment resolved, it then admits the caller:
+// the public demo takes anyone as its owner account without looking at
+// credentials; any other deployment only its owner (see deployments.Scope).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	p, err := h.authenticate(r)
-	if err != nil {
+	scope, scoped := deployments.From(r.Context())
+	var p principal.Principal
+	var err error
+	if scoped && scope.Public() {
+		p = principal.Principal{AccountID: scope.Deployment.AccountID, WorkspaceID: scope.Deployment.AccountID}
+	} else if p, err = h.authenticate(r); err != nil {
 		return err
+	}
+	if scoped {
+		if err := scope.Admit(p.AccountID); err != nil {
+			return err
+		}
 	}
 	caddyhttp.SetVar(r.Context(), "comfygate.account", p.AccountID)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {

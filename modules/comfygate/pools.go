@@ -118,6 +118,22 @@ func (a *App) HasPool(name string) bool {
 	return ok
 }
 
+// PoolReady reports whether name is a pool of this configuration with a
+// worker that can take jobs now: the built-in pools always, a comfyui
+// pool while one of its workers is healthy.
+func (a *App) PoolReady(name string) bool {
+	pe, ok := a.executors[name]
+	if !ok || pe.workers == nil {
+		return ok
+	}
+	for _, w := range pe.workers() {
+		if w.Healthy {
+			return true
+		}
+	}
+	return false
+}
+
 // poolExecutor is a pool's executor and how many attempts it runs at once
 // in this process.
 type poolExecutor struct {

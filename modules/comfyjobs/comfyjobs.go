@@ -18,6 +18,7 @@ import (
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/comfygate"
+	"github.com/comfygate/comfygate/modules/deployments"
 	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/modules/principal"
@@ -95,13 +96,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err := h.app.Ready(); err != nil {
 		return apierr.Upstream(err)
 	}
-	svc := h.app.Jobs(h.Pool)
+	svc, scope, err := h.service(r)
+	if err != nil {
+		return err
+	}
 	parts := strings.Split(rest, "/")
 	switch {
 	case len(parts) == 1:
 		switch r.Method {
 		case http.MethodPost:
-			return h.submit(w, r, svc, p)
+			return h.submit(w, r, svc, p, scope)
 		case http.MethodGet:
 			return h.list(w, r, svc, p)
 		}
@@ -110,7 +114,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if r.Method != http.MethodGet {
 			return httpx.MethodNotAllowed(http.MethodGet)
 		}
-		return h.get(w, r, svc, p, parts[1])
+		return h.get(w, r, svc, p, scope, parts[1])
 	case len(parts) == 3 && parts[2] == "workflow":
 		if r.Method != http.MethodGet {
 			return httpx.MethodNotAllowed(http.MethodGet)
@@ -128,17 +132,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if err != nil {
 			return err
 		}
-		return h.writeJob(w, r, svc, http.StatusOK, j)
+		return h.writeJob(w, r, svc, http.StatusOK, j, nil)
 	case len(parts) == 3 && parts[2] == "events":
 		if r.Method != http.MethodGet {
 			return httpx.MethodNotAllowed(http.MethodGet)
 		}
-		return h.events(w, r, svc, p, parts[1])
+		return h.events(w, r, svc, p, scope, parts[1])
 	}
 	return apierr.NotFound("no such route")
 }
 
-func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal) error {
+// service is the jobs service the request works with: the handler's pool,
+// or inside a deployment (see comfy_deployment) the deployment's pool,
+// scoped to its jobs and, on the public demo, held to the demo's queue cap.
+func (h *Handler) service(r *http.Request) (*jobs.Service, *deployments.Scope, error) {
+	scope, scoped := deployments.From(r.Context())
+	if !scoped {
+		return h.app.Jobs(h.Pool), nil, nil
+	}
+	if !scope.Admitted() {
+		return nil, nil, apierr.Upstream(errors.New("comfy_jobs: deployment not admitted; put comfy_auth after comfy_deployment"))
+	}
+	svc := h.app.Jobs(scope.Deployment.Pool)
+	svc.Config.Deployment = scope.ID
+	if scope.Public() && scope.Demo.MaxQueued > 0 {
+		svc.Config.MaxQueued = min(svc.Config.MaxQueued, scope.Demo.MaxQueued)
+	}
+	return svc, scope, nil
+}
+
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, scope *deployments.Scope) error {
 	limit := svc.Config.Limits.MaxBodyBytes
 	if limit <= 0 {
 		limit = workflow.DefaultLimits().MaxBodyBytes
@@ -158,23 +181,61 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 	if err != nil {
 		return err
 	}
-	return h.writeJob(w, r, svc, http.StatusCreated, j)
+	if scope != nil {
+		if j, err = h.cancelIfStopped(r, svc, p, scope, j); err != nil {
+			return err
+		}
+	}
+	return h.writeJob(w, r, svc, http.StatusCreated, j, nil)
 }
 
-func (h *Handler) get(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, id string) error {
+// cancelIfStopped closes the race between a submission admitted while its
+// deployment was ready and a stop recorded meanwhile: the stop cancels the
+// jobs it finds after recording the state, so a job written before that
+// is canceled by the stop, and one written after sees the state here and
+// is canceled now.
+func (h *Handler) cancelIfStopped(r *http.Request, svc *jobs.Service, p principal.Principal, scope *deployments.Scope, j storage.Job) (storage.Job, error) {
+	d, err := h.app.Store().GetDeployment(r.Context(), scope.ID)
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return storage.Job{}, apierr.Upstream(err)
+	}
+	if err == nil && d.State != storage.DeploymentStopped {
+		return j, nil
+	}
+	return svc.Cancel(r.Context(), p.AccountID, j.ID)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, scope *deployments.Scope, id string) error {
 	j, err := svc.Get(r.Context(), p.AccountID, id)
 	if err != nil {
 		return err
 	}
-	return h.writeJob(w, r, svc, http.StatusOK, j)
+	var log *storage.JobLog
+	// The run log: only on a serverless deployment, only on this GET,
+	// only once the job is terminal, never on the public demo (which
+	// stores it but takes callers with no credential).
+	if scope != nil && !scope.Public() && storage.Terminal(j.Status) {
+		l, ok, err := svc.Store.GetJobLog(r.Context(), p.AccountID, j.ID)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			return apierr.NotFound("job not found") // deleted since it was read
+		case err != nil:
+			return apierr.Upstream(err)
+		case ok:
+			log = &l
+		}
+	}
+	return h.writeJob(w, r, svc, http.StatusOK, j, log)
 }
 
-func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, svc *jobs.Service, status int, j storage.Job) error {
+func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, svc *jobs.Service, status int, j storage.Job, log *storage.JobLog) error {
 	pos, err := svc.QueuePosition(r.Context(), j)
 	if err != nil {
 		return err
 	}
-	return httpx.WriteJSON(w, status, jobView(j, pos, httpx.LinksFor(r), time.Now()))
+	v := jobView(j, pos, httpx.LinksFor(r), time.Now())
+	v.Logs = logView(log)
+	return httpx.WriteJSON(w, status, v)
 }
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal) error {

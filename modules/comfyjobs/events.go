@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/deployments"
 	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/modules/metrics"
@@ -49,10 +50,15 @@ func newStreamLimiter(max int) *streamLimiter {
 	return &streamLimiter{max: max, open: map[string]int{}}
 }
 
-func (l *streamLimiter) acquire(account string) (release func(), ok bool) {
+// acquire takes one of key's streams; max, when positive, replaces the
+// limiter's bound for this key (the public demo's own cap).
+func (l *streamLimiter) acquire(account string, max int) (release func(), ok bool) {
+	if max <= 0 {
+		max = l.max
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.open[account] >= l.max {
+	if l.open[account] >= max {
 		return nil, false
 	}
 	l.open[account]++
@@ -107,11 +113,16 @@ func (s *stream) frame(event string, data any) error {
 // the terminal status. Once the headers are out the stream belongs to the
 // job's watch (hub.go); on HTTP/1.1 the connection is parked there and this
 // goroutine returns at once.
-func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, id string) error {
+func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Service, p principal.Principal, scope *deployments.Scope, id string) error {
 	if _, err := svc.Get(r.Context(), p.AccountID, id); err != nil {
 		return err
 	}
-	release, ok := h.streams.acquire(p.AccountID)
+	key, max := p.AccountID, 0
+	if scope != nil && scope.Public() {
+		// Anonymous callers share the demo's own, small allowance.
+		key, max = "\x00demo "+scope.ID, scope.Demo.MaxStreams
+	}
+	release, ok := h.streams.acquire(key, max)
 	if !ok {
 		return apierr.New(http.StatusTooManyRequests, "too_many_streams",
 			"too many open event streams; close one or poll the job instead").WithRetryAfter(tooManyRetryAfter)

@@ -8,8 +8,9 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-// jobJSON is the contract's Job (never with the run log: only serverless
-// surfaces populate it, and comfygate's do not yet).
+// jobJSON is the contract's Job. Logs is the run log: set only by GET
+// /api/v2/jobs/{id} on a serverless deployment, and absent (the key
+// itself) everywhere else.
 type jobJSON struct {
 	ID            string          `json:"id"`
 	Status        string          `json:"status"`
@@ -23,6 +24,23 @@ type jobJSON struct {
 	Error         json.RawMessage `json:"error"`
 	Metrics       metricsJSON     `json:"metrics"`
 	URLs          urlsJSON        `json:"urls"`
+	Logs          *logsJSON       `json:"logs,omitempty"`
+}
+
+// logsJSON is the run log: what the run printed, capped (truncated says
+// part was left out), and when it was captured.
+type logsJSON struct {
+	Text       string `json:"text"`
+	Truncated  bool   `json:"truncated"`
+	CapturedAt string `json:"captured_at"`
+}
+
+// logView renders a run log; nil stays nil, so the key is left out.
+func logView(l *storage.JobLog) *logsJSON {
+	if l == nil {
+		return nil
+	}
+	return &logsJSON{Text: l.Text, Truncated: l.Truncated, CapturedAt: httpx.Time(l.CapturedAt)}
 }
 
 type metricsJSON struct {

@@ -4,6 +4,7 @@ package httpx
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -41,10 +42,22 @@ type Links struct {
 	base string
 }
 
-// LinksFor returns the link builder for r.
+// LinksFor returns the link builder for r: links keep the prefix the API
+// is mounted under, including one a handler stripped (see WithMount).
 func LinksFor(r *http.Request) Links {
 	prefix, _, _ := Route(r.URL.Path)
+	if m, ok := r.Context().Value(mountKey{}).(string); ok {
+		prefix = m + prefix
+	}
 	return Links{base: Origin(r) + prefix + strings.TrimSuffix(APIRoot, "/")}
+}
+
+type mountKey struct{}
+
+// WithMount records that a handler stripped mount from the request's path
+// (comfy_deployment's /deployment/{id}), so that links still carry it.
+func WithMount(ctx context.Context, mount string) context.Context {
+	return context.WithValue(ctx, mountKey{}, mount)
 }
 
 // URL returns the absolute URL of the v2 path p (which starts with /).

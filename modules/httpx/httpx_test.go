@@ -65,6 +65,21 @@ func TestLinksFor(t *testing.T) {
 	}
 }
 
+// TestLinksForStrippedMount: a handler that stripped the mount prefix
+// (comfy_deployment) records it, and links keep it exactly once.
+func TestLinksForStrippedMount(t *testing.T) {
+	r := httptest.NewRequest("GET", "/api/v2/jobs/x", nil)
+	r.Host = "gw.example.com"
+	r = r.WithContext(WithMount(r.Context(), "/deployment/dep-1"))
+	if got, want := LinksFor(r).URL("/jobs/1"), "http://gw.example.com/deployment/dep-1/api/v2/jobs/1"; got != want {
+		t.Fatalf("URL = %q, want %q", got, want)
+	}
+	r = r.WithContext(WithMount(r.Context(), ""))
+	if got, want := LinksFor(r).URL("/jobs/1"), "http://gw.example.com/api/v2/jobs/1"; got != want {
+		t.Fatalf("host-addressed URL = %q, want %q", got, want)
+	}
+}
+
 func TestWriteJSON(t *testing.T) {
 	rec := httptest.NewRecorder()
 	if err := WriteJSON(rec, http.StatusCreated, map[string]int{"a": 1}); err != nil {
