@@ -46,6 +46,9 @@ type attempt struct {
 	graph    workflow.Graph
 	promptID string
 	log      *zap.Logger
+	// logs captures the worker's log output; nil unless the job keeps a
+	// run log.
+	logs *logCapture
 
 	mu          sync.Mutex
 	queue       []event
@@ -65,6 +68,7 @@ func newAttempt(p *Pool, w *worker, run *jobs.Run, g workflow.Graph) *attempt {
 		log:       w.log.With(zap.String("job_id", run.Job.ID), zap.String("prompt_id", id)),
 		signal:    make(chan struct{}, 1),
 		committed: map[string]bool{},
+		logs:      newLogCapture(run.Log),
 	}
 }
 

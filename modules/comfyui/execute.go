@@ -58,11 +58,18 @@ func (a *attempt) execute(ctx context.Context) error {
 		return err
 	}
 	a.progress.plan(a.graph, cat)
+	if a.logs != nil {
+		a.w.wantLogs(ctx)
+	}
 	a.w.register(a)
 	defer a.w.unregister(a)
 	err := a.submit(ctx)
 	if err == nil {
 		err = a.follow(ctx)
+		var lost *jobs.WorkerLostError
+		if a.logs != nil && !errors.As(err, &lost) {
+			a.awaitTimingLine()
+		}
 	}
 	a.p.cleanupLater(a.w, a.promptID, a.historySeen)
 	return err

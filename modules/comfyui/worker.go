@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -52,6 +53,12 @@ type worker struct {
 	// current is the prompt the worker executes now, the owner of
 	// unattributed (type 1) preview frames.
 	current string
+	// lastEnded is the prompt whose final executing event came last: the
+	// owner of the next timing line in the worker's log (see logs.go).
+	lastEnded string
+	// logsWanted is set once an attempt captures the run log; the session
+	// is subscribed to the worker's log stream from then on.
+	logsWanted atomic.Bool
 }
 
 func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
@@ -199,6 +206,9 @@ func (w *worker) connectLoop(ctx context.Context) {
 		}
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
+		if w.logsWanted.Load() {
+			w.subscribeLogs(ctx)
+		}
 		w.broadcast(event{kind: evReconnected})
 		connected := time.Now()
 		stopPings := w.keepPinging(ctx, conn)
@@ -341,6 +351,10 @@ func (w *worker) readLoop(ctx context.Context, conn *websocket.Conn) error {
 }
 
 func (w *worker) routeText(typ string, data json.RawMessage) {
+	if typ == "logs" {
+		w.routeLogs(data)
+		return
+	}
 	var head struct {
 		PromptID string  `json:"prompt_id"`
 		Node     *string `json:"node"`
@@ -360,6 +374,9 @@ func (w *worker) routeText(typ string, data json.RawMessage) {
 	case "executing":
 		if head.Node == nil && w.current == head.PromptID {
 			w.current = ""
+		}
+		if head.Node == nil && head.PromptID != "" {
+			w.lastEnded = head.PromptID
 		}
 	}
 	a := w.attempts[head.PromptID]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/comfygate/comfygate/modules/builtin"
 	"github.com/comfygate/comfygate/modules/workflow"
@@ -31,12 +32,20 @@ func (b *BuiltinExecutor) Catalog(context.Context) (workflow.Catalog, error) {
 	return b.catalog, b.err
 }
 
-// Execute runs the attempt's graph.
+// Execute runs the attempt's graph. Into run.Log it prints what a ComfyUI
+// server prints for a prompt — "got prompt", the exception of a failing
+// node with its traceback, "Processing interrupted" on cancel and the
+// "Prompt executed in" timing line — plus a line per node executed.
 func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
+	start := time.Now()
+	run.Log.Printf("got prompt")
+	defer func() { run.Log.Printf("Prompt executed in %.2f seconds", time.Since(start).Seconds()) }()
 	prompt, err := builtinPrompt(run.Graph)
 	if err != nil {
+		run.Log.Printf("invalid prompt: %v", err)
 		return &NodeError{Message: err.Error()}
 	}
+	nodeStart := time.Now()
 	err = builtin.Execute(ctx, prompt, builtin.Env{
 		OpenInput: func(ctx context.Context, name string) (io.ReadCloser, error) {
 			var rc io.ReadCloser
@@ -51,6 +60,8 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 		PromptJSON: run.Job.Workflow,
 		OnProgress: func(p builtin.Progress) {
 			id, class := p.NodeID, p.ClassType
+			run.Log.Printf("executed node %s (%s) in %.2f seconds", id, class, time.Since(nodeStart).Seconds())
+			nodeStart = time.Now()
 			value := 0.0
 			if p.NodesTotal > 0 {
 				value = float64(p.NodesDone) / float64(p.NodesTotal)
@@ -73,9 +84,19 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 	var ne *builtin.NodeError
 	switch {
 	case errors.As(err, &ne):
+		run.Log.Printf("!!! Exception during processing !!! %s", ne.Message)
+		run.Log.Printf("Failed node %s (%s)", ne.NodeID, ne.ClassType)
+		if ne.Traceback != "" {
+			run.Log.Printf("Traceback (most recent call first):\n%s", ne.Traceback)
+		}
 		return &NodeError{Message: ne.Message, NodeID: ne.NodeID, ClassType: ne.ClassType, Traceback: ne.Traceback}
 	case errors.Is(err, builtin.ErrNoOutputs):
+		run.Log.Printf("Prompt has no outputs")
 		return &NodeError{Code: "prompt_no_outputs", Message: "the workflow has no output node"}
+	case err != nil && ctx.Err() != nil:
+		run.Log.Printf("Processing interrupted")
+	case err != nil:
+		run.Log.Printf("!!! Exception during processing !!! %v", err)
 	}
 	return err
 }

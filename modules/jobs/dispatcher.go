@@ -161,9 +161,11 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 		d.keepLease(runCtx, job, watch, cancel, log)
 	}()
 
+	run := d.newRun(runCtx, job, nil, cancel)
 	graph, err := workflow.DecodeGraph(job.Workflow)
 	if err == nil {
-		err = d.Exec.Execute(runCtx, d.newRun(runCtx, job, graph, cancel))
+		run.Graph = graph
+		err = d.Exec.Execute(runCtx, run)
 	}
 	cancel(nil)
 	<-hbDone
@@ -180,6 +182,8 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 		return // shutting down: the lease hands the job on
 	case errors.As(err, &lost) && !errors.Is(cause, errCanceled):
 		log.Warn("worker lost; handing the job back", zap.Error(err))
+		run.Log.Printf("the worker running this job stopped answering")
+		d.saveLog(parent, job, run.Log, log)
 		d.release(parent, job)
 		return
 	case errors.Is(cause, errCanceled):
@@ -191,7 +195,9 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 	default:
 		log.Error("executing a job", zap.Error(err))
 		status, jobErr = storage.JobFailed, ErrorJSON("execution_failed", "the job could not be executed")
+		run.Log.Printf("the job could not be executed")
 	}
+	d.saveLog(parent, job, run.Log, log)
 	done, err := d.Store.FinishJob(context.WithoutCancel(parent), job.ID, job.Attempt, status, jobErr)
 	if errors.Is(err, storage.ErrLeaseLost) {
 		log.Warn("attempt finished after losing its lease")
@@ -204,6 +210,19 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 	countEnd(done)
 	d.ExtraData.Delete(job.ID)
 	publishStatus(parent, d.Bus, done)
+}
+
+// saveLog stores the attempt's run log (jobs of serverless deployments
+// only) before the attempt's end is recorded, so a terminal job that has
+// a log never shows without it. A later attempt replaces it.
+func (d *Dispatcher) saveLog(ctx context.Context, job storage.Job, rl *RunLog, log *zap.Logger) {
+	if rl == nil {
+		return
+	}
+	err := d.Store.SetJobLog(context.WithoutCancel(ctx), job.ID, job.Attempt, rl.JobLog(time.Now()))
+	if err != nil && !errors.Is(err, storage.ErrLeaseLost) {
+		log.Error("storing a job's run log", zap.Error(err))
+	}
 }
 
 // release hands a job whose worker was lost back to the queue (or fails it
@@ -264,9 +283,14 @@ func (d *Dispatcher) keepLease(ctx context.Context, job storage.Job, watch *bus.
 func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow.Graph, cancel context.CancelCauseFunc) *Run {
 	var lastProgress, lastPreview time.Time
 	lastDone := -1
+	var runLog *RunLog
+	if job.DeploymentID != "" {
+		runLog = NewRunLog(storage.MaxJobLogBytes)
+	}
 	return &Run{
 		Job:       job,
 		Graph:     graph,
+		Log:       runLog,
 		ExtraData: d.ExtraData.Get(job.ID),
 		OpenAsset: func(ctx context.Context, assetID, fileName string) (storage.Asset, io.ReadCloser, error) {
 			a, err := lookupRef(ctx, d.Store, job.AccountID, assetID, fileName)

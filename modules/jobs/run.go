@@ -52,6 +52,9 @@ type Run struct {
 	Preview func(nodeID, contentType string, data []byte)
 	// Output commits an output the moment it exists.
 	Output func(ctx context.Context, f OutputFile) error
+	// Log receives what the run prints, for jobs of serverless
+	// deployments; nil (which discards writes) for every other job.
+	Log *RunLog
 }
 
 // Executor runs attempts of jobs for one pool.

@@ -28,6 +28,7 @@ var fakeClasses = map[string]string{
 	"FailNode":    `{"required":{"message":["STRING",{"default":"boom"}]}}`,
 	"PreviewNode": `{"required":{"frames":["INT",{"default":3,"min":1,"max":1000}],"step_ms":["INT",{"default":100,"min":0,"max":60000}]},` +
 		`"optional":{"size":["INT",{"default":4,"min":1,"max":1024}]}}`,
+	"PrintNode":   `{"required":{"text":["STRING",{"multiline":true}],"times":["INT",{"default":1,"min":1,"max":100000}]}}`,
 }
 
 func catalog(omit []string) map[string]json.RawMessage {
@@ -101,6 +102,7 @@ func (e *execution) send(typ string, data map[string]any) {
 }
 
 func (p *Peer) execute(life context.Context, pr *prompt) {
+	start := time.Now()
 	e := &execution{p: p, life: life, pr: pr, outputs: map[string]any{}}
 	e.send("execution_start", map[string]any{})
 	e.send("execution_cached", map[string]any{"nodes": []string{}})
@@ -130,6 +132,8 @@ func (p *Peer) execute(life context.Context, pr *prompt) {
 	wake := p.wake
 	p.mu.Unlock()
 	e.send("executing", map[string]any{"node": nil, "display_node": nil})
+	// As ComfyUI's prompt worker: the timing line follows the final event.
+	p.logf(fmt.Sprintf("Prompt executed in %.2f seconds", time.Since(start).Seconds()))
 	p.broadcastStatus()
 	select {
 	case wake <- struct{}{}:
@@ -218,6 +222,8 @@ func (e *execution) finished(id string, ui map[string]any) {
 }
 
 func (e *execution) fail(id, class, msg string) string {
+	e.p.logf("!!! Exception during processing !!! " + msg)
+	e.p.logf("Traceback (most recent call last):\n  File \"peer.py\", line 1, in " + class + "\nRuntimeError: " + msg)
 	e.send("execution_error", map[string]any{"node_id": id, "node_type": class, "executed": e.executed,
 		"exception_message": msg, "exception_type": "RuntimeError",
 		"traceback":      []string{"Traceback (most recent call last):\n", fmt.Sprintf("  File \"peer.py\", line 1, in %s\n", class), "RuntimeError: " + msg + "\n"},
@@ -226,6 +232,7 @@ func (e *execution) fail(id, class, msg string) string {
 }
 
 func (e *execution) interrupted(id, class string) string {
+	e.p.logf("Processing interrupted")
 	e.send("execution_interrupted", map[string]any{"node_id": id, "node_type": class, "executed": e.executed})
 	return "error"
 }
@@ -281,6 +288,15 @@ func (e *execution) runFake(id string, n node) (map[string]any, error) {
 			"audio":    []any{map[string]any{"filename": audio, "subfolder": sub, "type": "output"}},
 			"animated": []bool{true},
 		}, nil
+	case "PrintNode":
+		text, _ := n.Inputs["text"].(string)
+		for range intInput(n, "times", 1) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			e.p.printText(text)
+		}
+		return nil, nil
 	case "FailNode":
 		msg, _ := n.Inputs["message"].(string)
 		return nil, errors.New(msg)

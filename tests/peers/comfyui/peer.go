@@ -1,8 +1,10 @@
 // Package comfyuipeer is a test-only ComfyUI server: the native HTTP routes
 // and WebSocket frames a gateway uses (/object_info, /prompt, /queue,
-// /interrupt, /history, /view, /upload/image, /ws), running a small node set
-// — the built-in image nodes (LoadImage, ImageInvert, SaveImage, …) plus
-// SlowNode, TextOutput, MediaOutput, FailNode and PreviewNode — with
+// /interrupt, /history, /view, /upload/image, /ws) and its log API
+// (/internal/logs, /internal/logs/raw, /internal/logs/subscribe and the
+// "logs" socket message), running a small node set — the built-in image
+// nodes (LoadImage, ImageInvert, SaveImage, …) plus SlowNode, TextOutput,
+// MediaOutput, FailNode, PreviewNode and PrintNode — with
 // switches for the failures real workers have. It is never linked into the
 // product.
 package comfyuipeer
@@ -56,6 +58,9 @@ type Options struct {
 // Stats count what the peer was asked to do.
 type Stats struct {
 	Uploads, Prompts, Interrupts, QueueDeletes, HistoryDeletes, Sockets int
+	// LogSubscribes counts PATCH /internal/logs/subscribe; LogMessages the
+	// "logs" messages sent.
+	LogSubscribes, LogMessages int
 }
 
 // Peer is one fake ComfyUI.
@@ -77,6 +82,7 @@ type Peer struct {
 	running *prompt
 	history map[string]json.RawMessage
 	number  int
+	logs    logState
 	// life ends on Crash or Restart, stopping the executor of that life.
 	life   context.Context
 	endLif context.CancelFunc
@@ -220,6 +226,7 @@ func (p *Peer) forget() {
 	}
 	p.pending = nil
 	p.history = map[string]json.RawMessage{}
+	p.logs = logState{} // the buffer and the subscriptions live in memory
 }
 
 func (p *Peer) takeSockets() []*socket {
@@ -251,6 +258,9 @@ func (p *Peer) routes() http.Handler {
 	mux.HandleFunc("GET /view", p.view)
 	mux.HandleFunc("POST /upload/image", p.upload)
 	mux.HandleFunc("GET /ws", p.ws)
+	mux.HandleFunc("GET /internal/logs", p.getLogs)
+	mux.HandleFunc("GET /internal/logs/raw", p.getRawLogs)
+	mux.HandleFunc("PATCH /internal/logs/subscribe", p.subscribeLogs)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		crashed := p.crashed

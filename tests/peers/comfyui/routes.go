@@ -32,6 +32,7 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 		ClientID  string          `json:"client_id"`
 		ExtraData json.RawMessage `json:"extra_data"`
 	}
+	p.logf("got prompt")
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		http.Error(w, "500 Internal Server Error", http.StatusInternalServerError)
 		return
@@ -85,6 +86,7 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 			"Value not in list", "filename_prefix: 'x' not in []")
 	}
 	if len(nodeErrors) > 0 && !sw.NodeErrors200 {
+		p.logf("invalid prompt: Prompt outputs failed validation")
 		writeJSON(w, 400, map[string]any{"error": map[string]any{"type": "prompt_outputs_failed_validation",
 			"message": "Prompt outputs failed validation", "details": "", "extra_info": map[string]any{}}, "node_errors": nodeErrors})
 		return
