@@ -33,6 +33,7 @@ func init() {
 //			max_attempts <n>
 //			max_streams <n>
 //			default_pool <name>
+//			purge_after <duration>
 //			no_execute
 //		}
 //		pool <name> builtin|comfyui { … }   (see unmarshalPool)
@@ -169,6 +170,8 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = ParseDuration(v, &c.RunningBound)
 		case "lease":
 			err = ParseDuration(v, &c.Lease)
+		case "purge_after":
+			err = ParseDuration(v, &c.PurgeAfter)
 		default:
 			return d.Errf("unknown jobs option %q", name)
 		}

@@ -41,6 +41,10 @@ type JobsConfig struct {
 	// NoExecute makes this process serve the API only: it queues, streams
 	// and cancels jobs but runs none (other processes on the same storage do).
 	NoExecute bool `json:"no_execute,omitempty"`
+	// PurgeAfter is how long a finished job's record (with its run log)
+	// stays after its retention deadline before it is deleted; its outputs
+	// follow the job's retention. Default 24h.
+	PurgeAfter caddy.Duration `json:"purge_after,omitempty"`
 }
 
 func (c *JobsConfig) applyDefaults() {
@@ -65,6 +69,9 @@ func (c *JobsConfig) applyDefaults() {
 	if c.MaxStreams == 0 {
 		c.MaxStreams = 16
 	}
+	if c.PurgeAfter == 0 {
+		c.PurgeAfter = caddy.Duration(24 * time.Hour)
+	}
 }
 
 func (c *JobsConfig) validate() error {
@@ -73,8 +80,8 @@ func (c *JobsConfig) validate() error {
 		return fmt.Errorf("comfygate: jobs concurrency, max_queued, max_attempts and max_streams must be positive")
 	case c.Lease < caddy.Duration(time.Second):
 		return fmt.Errorf("comfygate: jobs lease must be at least 1s")
-	case c.Retention <= 0, c.RunningBound <= 0:
-		return fmt.Errorf("comfygate: jobs retention and running_bound must be positive")
+	case c.Retention <= 0, c.RunningBound <= 0, c.PurgeAfter <= 0:
+		return fmt.Errorf("comfygate: jobs retention, running_bound and purge_after must be positive")
 	}
 	return nil
 }
@@ -129,6 +136,7 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 			MaxAttempts:  a.JobsConfig.MaxAttempts,
 			RunningBound: time.Duration(a.JobsConfig.RunningBound),
 			PollInterval: time.Second,
+			PurgeAfter:   time.Duration(a.JobsConfig.PurgeAfter),
 		},
 		Owner:      fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
 		RunContext: a.runCtx,

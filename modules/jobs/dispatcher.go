@@ -35,6 +35,10 @@ type DispatcherConfig struct {
 	RunningBound time.Duration
 	// PollInterval is the fallback poll of the queue when no wake-up arrives.
 	PollInterval time.Duration
+	// PurgeAfter is how long after its ExpiresAt a finished job's record
+	// (with its run log) is kept before the reaper deletes it; 0 keeps
+	// records for good.
+	PurgeAfter time.Duration
 }
 
 // Throttles: progress snapshots within one node, and live previews (the
@@ -402,6 +406,11 @@ func (d *Dispatcher) reap(ctx context.Context) {
 		for _, j := range expired {
 			countEnd(j)
 			publishStatus(ctx, d.Bus, j)
+		}
+		if d.Config.PurgeAfter > 0 {
+			if _, err := d.Store.DeleteExpiredJobs(ctx, now.Add(-d.Config.PurgeAfter), 100); err != nil && ctx.Err() == nil {
+				d.Logger.Error("deleting jobs past retention", zap.Error(err))
+			}
 		}
 	}
 }

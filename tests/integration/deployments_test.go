@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// TestDeploymentCLI: the operator CLI against each backend — create,
+// show, list, state, delete with --json; bad ids, unknown pools, taken ids
+// and a stopped deployment's way back are refused; bad ids never resolve.
+func TestDeploymentCLI(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServerless(t, b, "pool gpu builtin {\n\t\t\tconcurrency 1\n\t\t}", "")
+			var d deployment
+			s.mustCLI(t, &d, "create", "acme-prod", "--account", "acme", "--pool", "gpu")
+			if d != (deployment{ID: "acme-prod", Account: "acme", Pool: "gpu", State: "provisioning"}) {
+				t.Errorf("create = %+v", d)
+			}
+			s.mustCLI(t, &d, "create", "demo", "--account", "demo-account", "--public")
+			if d.Pool != "builtin" || !d.Public {
+				t.Errorf("create --public with the default pool = %+v", d)
+			}
+			for _, bad := range []struct {
+				name string
+				args []string
+			}{
+				{"upper case", []string{"create", "Acme", "--account", "a"}},
+				{"64 characters", []string{"create", strings.Repeat("a", 62) + "bc", "--account", "a"}},
+				{"leading hyphen", []string{"create", "-x", "--account", "a"}},
+				{"trailing hyphen", []string{"create", "x-", "--account", "a"}},
+				{"dots", []string{"create", "..", "--account", "a"}},
+				{"empty", []string{"create", "", "--account", "a"}},
+				{"no account", []string{"create", "x1"}},
+				{"unknown pool", []string{"create", "x2", "--account", "a", "--pool", "nope"}},
+				{"taken id", []string{"create", "acme-prod", "--account", "other"}},
+				{"unknown state", []string{"state", "acme-prod", "paused"}},
+				{"unknown deployment", []string{"state", "nope", "ready"}},
+				{"bad id to show", []string{"show", "Acme"}},
+			} {
+				if out, stderr, err := s.cli(t, bad.args...); err == nil {
+					t.Errorf("%s: accepted (%s%s)", bad.name, out, stderr)
+				}
+			}
+			var list []deployment
+			s.mustCLI(t, &list, "list")
+			if len(list) != 2 || list[0].ID != "acme-prod" || list[1].ID != "demo" {
+				t.Fatalf("list = %+v; the refused creates must leave nothing", list)
+			}
+			s.mustCLI(t, &list, "list", "--account", "acme")
+			if len(list) != 1 {
+				t.Errorf("list --account acme = %+v", list)
+			}
+			for _, st := range []string{"starting", "ready", "stopped"} {
+				s.setState(t, "acme-prod", st)
+			}
+			if _, _, err := s.cli(t, "state", "acme-prod", "ready"); err == nil {
+				t.Error("a stopped deployment went back to ready")
+			}
+			s.mustCLI(t, &d, "show", "acme-prod")
+			if d.State != "stopped" {
+				t.Errorf("show = %+v", d)
+			}
+			if out, stderr, err := s.cli(t, "delete", "acme-prod"); err != nil {
+				t.Fatalf("delete: %v %s %s", err, out, stderr)
+			}
+			if _, _, err := s.cli(t, "show", "acme-prod"); err == nil {
+				t.Error("show after delete succeeded")
+			}
+			s.create(t, "acme-prod", "acme", "gpu", false, "ready") // re-created after the delete
+
+			// Bad ids never resolve, by prefix or by host, whoever asks.
+			key := s.key(t, "acme")
+			for _, id := range []string{"Acme-Prod", strings.Repeat("a", 64), "-x", "x-", "", "ACME-PROD"} {
+				for name, c := range map[string]client{"prefix": s.byPrefix(id, key), "host": s.byHost(id, key)} {
+					if name == "host" && (id == "" || strings.ToLower(id) == "acme-prod") {
+						continue // host names are case-insensitive: checked below
+					}
+					r := c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil)
+					wantError(t, name+" "+id, r, http.StatusNotFound, "not_found", false)
+				}
+			}
+			r := s.byPrefix("..", key).do(t, http.MethodGet, "/api/v2/jobs", nil, nil)
+			if r.Status != http.StatusNotFound {
+				t.Errorf("/deployment/../api/v2/jobs: %d %s", r.Status, r.Body)
+			}
+			// The host is case-insensitive: ACME-PROD.run.example.test is acme-prod.
+			if r := s.byHost("ACME-PROD", key).do(t, http.MethodGet, "/api/v2/jobs", nil, nil); r.Status != http.StatusOK {
+				t.Errorf("upper-case host: %d %s", r.Status, r.Body)
+			}
+		})
+	}
+}
+
+// TestDeploymentStates walks one deployment through provisioning →
+// starting → ready → stopped and checks upload, submit, get, list, events
+// and cancel in each state; another account's deployment and an unknown
+// id answer exactly alike in every state.
+func TestDeploymentStates(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServerless(t, b, "pool solo builtin {\n\t\t\tconcurrency 1\n\t\t}", "")
+			s.create(t, "walk", "acme", "solo", false, "provisioning")
+			s.create(t, "theirs", "globex", "solo", false, "provisioning")
+			acme := s.key(t, "acme")
+			c := s.byPrefix("walk", acme)
+			img := pngOf(t)
+			placeholder := uuid.NewString()
+
+			type call struct {
+				name string
+				do   func(job string) response
+			}
+			calls := []call{
+				{"upload", func(string) response { return c.upload(t, img, "in.png") }},
+				{"submit", func(string) response { return c.submit(t, invertWorkflow("in.png")) }},
+				{"get", func(job string) response { return c.get(t, job) }},
+				{"list", func(string) response { return c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil) }},
+				{"events", func(job string) response { return c.do(t, http.MethodGet, "/api/v2/jobs/"+job+"/events", nil, nil) }},
+				{"cancel", func(job string) response { return c.do(t, http.MethodPost, "/api/v2/jobs/"+job+"/cancel", nil, nil) }},
+			}
+			same := func(state string) {
+				// another account's deployment vs an id that never existed
+				for _, id := range []string{"theirs", "never-was"} {
+					r := s.byPrefix(id, acme).do(t, http.MethodGet, "/api/v2/jobs", nil, nil)
+					wantError(t, state+": "+id, r, http.StatusNotFound, "not_found", false)
+					var env struct {
+						Error map[string]any `json:"error"`
+					}
+					_ = json.Unmarshal(r.Body, &env)
+					if env.Error["message"] != "no such deployment" {
+						t.Errorf("%s: %s answered %s", state, id, r.Body)
+					}
+				}
+				theirs := s.byPrefix("theirs", acme).submit(t, invertWorkflow("in.png"))
+				unknown := s.byPrefix("never-was", acme).submit(t, invertWorkflow("in.png"))
+				if theirs.Status != unknown.Status || !bytes.Equal(theirs.Body, unknown.Body) {
+					t.Errorf("%s: another account's deployment %d %s, unknown %d %s", state, theirs.Status, theirs.Body, unknown.Status, unknown.Body)
+				}
+			}
+
+			for _, state := range []string{"provisioning", "starting"} {
+				s.setState(t, "walk", state)
+				s.setState(t, "theirs", state)
+				for _, cl := range calls {
+					wantError(t, state+" "+cl.name, cl.do(placeholder), http.StatusTooManyRequests, "deployment_not_ready", true)
+				}
+				same(state)
+			}
+
+			s.setState(t, "walk", "ready")
+			s.setState(t, "theirs", "ready")
+			if r := calls[0].do(""); r.Status != http.StatusCreated {
+				t.Fatalf("ready upload: %d %s", r.Status, r.Body)
+			}
+			sub := calls[1].do("")
+			if sub.Status != http.StatusCreated {
+				t.Fatalf("ready submit: %d %s", sub.Status, sub.Body)
+			}
+			done := jobID(t, sub)
+			c.wait(t, done, func(s string) bool { return s == "succeeded" })
+			if r := calls[2].do(done); r.Status != http.StatusOK {
+				t.Errorf("ready get: %d", r.Status)
+			}
+			if r := calls[3].do(""); r.Status != http.StatusOK || len(r.JSON(t)["jobs"].([]any)) != 1 {
+				t.Errorf("ready list: %d %s", r.Status, r.Body)
+			}
+			if r := calls[4].do(done); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "event: status") {
+				t.Errorf("ready events: %d %s", r.Status, r.Body)
+			}
+			if r := calls[5].do(done); r.Status != http.StatusOK {
+				t.Errorf("ready cancel of a finished job: %d %s", r.Status, r.Body)
+			}
+			same("ready")
+
+			// Stopping cancels the running and the queued job through the
+			// ordinary transitions; both end canceled.
+			running := jobID(t, c.submit(t, slowWorkflow(40)))
+			c.wait(t, running, func(s string) bool { return s == "running" })
+			queued := jobID(t, c.submit(t, slowWorkflow(40)))
+			s.setState(t, "walk", "stopped")
+			s.setState(t, "theirs", "stopped")
+			for _, cl := range calls {
+				wantError(t, "stopped "+cl.name, cl.do(done), http.StatusUnprocessableEntity, "deployment_stopped", false)
+			}
+			same("stopped")
+			// The jobs stay in storage; the account sees them on the cloud surface.
+			cloud := client{base: s.cloudURL, key: acme}
+			for _, id := range []string{running, queued} {
+				j := cloud.wait(t, id, func(s string) bool { return s == "canceled" })
+				if hasLogs(t, j) {
+					t.Errorf("the cloud surface returned a run log: %v", j["logs"])
+				}
+			}
+			if r := cloud.get(t, done); r.Status != http.StatusOK {
+				t.Errorf("the stopped deployment's finished job on the cloud surface: %d", r.Status)
+			}
+		})
+	}
+}
