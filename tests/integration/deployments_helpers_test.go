@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfygate/comfygate/storage/postgres"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
@@ -24,6 +26,8 @@ type serverless struct {
 	*gateway.Gateway
 	cloudURL string
 	cfgPath  string
+	// dsn is the Postgres the gateway uses; "" on the embedded backend.
+	dsn string
 }
 
 // serverlessConfig is the Caddyfile of a serverless gateway: global is the
@@ -77,12 +81,19 @@ func startServerless(t *testing.T, b backend, extra, demo string) *serverless {
 	t.Helper()
 	dir := t.TempDir()
 	cloudPort := gateway.FreePort(t)
-	g := gateway.Start(t, serverlessConfig(b.global(t, dir)+"\n\t\t"+extra, demo, cloudPort), gateway.Options{Dir: dir})
+	global := b.global(t, dir)
+	var dsn string
+	if strings.HasPrefix(global, "storage postgres ") {
+		if _, err := fmt.Sscanf(strings.TrimPrefix(global, "storage postgres "), "%q", &dsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := gateway.Start(t, serverlessConfig(global+"\n\t\t"+extra, demo, cloudPort), gateway.Options{Dir: dir})
 	cfgs, _ := filepath.Glob(filepath.Join(g.Dir, "Caddyfile.*"))
 	if len(cfgs) != 1 {
 		t.Fatalf("want one Caddyfile in %s, have %v", g.Dir, cfgs)
 	}
-	return &serverless{Gateway: g, cloudURL: fmt.Sprintf("http://127.0.0.1:%d", cloudPort), cfgPath: cfgs[0]}
+	return &serverless{Gateway: g, cloudURL: fmt.Sprintf("http://127.0.0.1:%d", cloudPort), cfgPath: cfgs[0], dsn: dsn}
 }
 
 // cli runs `comfygate deployment …` against the gateway's config.
@@ -272,4 +283,18 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+// store opens the gateway's Postgres storage (postgres backend only).
+func (s *serverless) store(t *testing.T) *postgres.Store {
+	t.Helper()
+	if s.dsn == "" {
+		t.Fatal("store needs the postgres backend")
+	}
+	st, err := postgres.Open(context.Background(), s.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
