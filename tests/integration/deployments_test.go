@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // TestDeploymentCLI: the operator CLI against each backend — create,
@@ -204,4 +206,56 @@ func TestDeploymentStates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDeploymentByHost: the SDK's flow (see tests/sdk) addressed by host,
+// as curl -H 'Host: <id>.run.example.test' sends it: upload, run the
+// invert graph, stream its events, download the output by the link the
+// job carries. Links are absolute on the deployment's host, with no path
+// prefix; the deployment lists only its own jobs.
+func TestDeploymentByHost(t *testing.T) {
+	s := startServerless(t, backends()[1], "", "")
+	s.create(t, "acme-web", "acme", "", false, "ready")
+	s.create(t, "acme-other", "acme", "", false, "ready")
+	key := s.key(t, "acme")
+	c := s.byHost("acme-web", key)
+	img := pngOf(t)
+	up := c.upload(t, img, "photo.png")
+	if up.Status != http.StatusCreated {
+		t.Fatalf("upload: %d %s", up.Status, up.Body)
+	}
+	assetURL := up.JSON(t)["url"].(string)
+	if !strings.HasPrefix(assetURL, "http://acme-web.run.example.test/api/v2/assets/") {
+		t.Errorf("asset url %s", assetURL)
+	}
+	id := jobID(t, c.submit(t, invertWorkflow("photo.png")))
+	stream := c.do(t, http.MethodGet, "/api/v2/jobs/"+id+"/events", nil, nil)
+	if !strings.Contains(string(stream.Body), "event: output") || !strings.Contains(string(stream.Body), `"status":"succeeded"`) {
+		t.Fatalf("stream: %s", stream.Body)
+	}
+	j := c.wait(t, id, gateway.Terminal)
+	urls := j["urls"].(map[string]any)
+	if urls["self"] != "http://acme-web.run.example.test/api/v2/jobs/"+id {
+		t.Errorf("urls = %v", urls)
+	}
+	out := j["outputs"].([]any)[0].(map[string]any)["url"].(string)
+	// Follow the link as a client resolving the host to the gateway.
+	follow := client{base: s.URL, host: "acme-web.run.example.test", key: key}
+	path := strings.TrimPrefix(out, "http://acme-web.run.example.test")
+	got := follow.do(t, http.MethodGet, path, nil, nil)
+	if got.Status != http.StatusOK || got.Header.Get("Content-Type") != "image/png" || len(got.Body) == 0 {
+		t.Errorf("download %s: %d %s", out, got.Status, got.Header.Get("Content-Type"))
+	}
+	// Another deployment of the same account sees neither the job nor it listed.
+	other := s.byHost("acme-other", key)
+	wantError(t, "the job through another deployment", other.get(t, id), http.StatusNotFound, "not_found", false)
+	if r := other.do(t, http.MethodGet, "/api/v2/jobs", nil, nil); len(r.JSON(t)["jobs"].([]any)) != 0 {
+		t.Errorf("another deployment lists %s", r.Body)
+	}
+	if r := c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil); len(r.JSON(t)["jobs"].([]any)) != 1 {
+		t.Errorf("the deployment lists %s", r.Body)
+	}
+	// A request to the serverless site that names no deployment.
+	wantError(t, "no deployment named", response{gateway.Do(t, http.MethodGet, s.URL+"/api/v2/jobs", nil,
+		map[string]string{"Authorization": "Bearer " + key})}, http.StatusNotFound, "not_found", false)
 }
