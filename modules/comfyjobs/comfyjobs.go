@@ -107,6 +107,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		case http.MethodPost:
 			return h.submit(w, r, svc, p, scope)
 		case http.MethodGet:
+			if scope != nil && scope.Public() {
+				// Every anonymous caller is the demo account: a listing
+				// would hand each one everybody's jobs.
+				return apierr.New(http.StatusForbidden, "forbidden", "the public demo does not list jobs; keep the ids you submitted")
+			}
 			return h.list(w, r, svc, p)
 		}
 		return httpx.MethodNotAllowed(http.MethodGet, http.MethodPost)

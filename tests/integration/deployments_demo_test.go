@@ -33,16 +33,17 @@ func TestDeploymentDemo(t *testing.T) {
 
 	// No credential: accepted on the demo, by prefix and by host, and with
 	// a bogus one too (the demo does not look); refused everywhere else.
+	unknownJob := "/api/v2/jobs/00000000-0000-4000-8000-000000000000"
 	for name, c := range map[string]client{"prefix": anon, "host": s.byHost("demo-a", ""), "bogus key": s.byPrefix("demo-a", "cgk_bogus_key")} {
-		if r := c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil); r.Status != http.StatusOK {
-			t.Errorf("demo, %s: %d %s", name, r.Status, r.Body)
-		}
+		wantError(t, "demo, "+name, c.do(t, http.MethodGet, unknownJob, nil, nil), http.StatusNotFound, "not_found", false)
 	}
+	// Every anonymous caller is the demo account, so the demo lists nothing.
+	wantError(t, "demo listing", anon.do(t, http.MethodGet, "/api/v2/jobs", nil, nil), http.StatusForbidden, "forbidden", false)
 	for name, c := range map[string]client{
 		"private deployment": s.byPrefix("acme-1", ""), "private by host": s.byHost("acme-1", ""),
 		"unknown deployment": s.byPrefix("nobody-here", ""), "cloud surface": {base: s.cloudURL},
 	} {
-		wantError(t, name, c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil), http.StatusUnauthorized, "unauthorized", false)
+		wantError(t, name, c.do(t, http.MethodGet, unknownJob, nil, nil), http.StatusUnauthorized, "unauthorized", false)
 	}
 
 	// Queue cap: one running, two queued, the next refused.
@@ -108,8 +109,11 @@ func TestDeploymentDemo(t *testing.T) {
 		t.Errorf("Retry-After %q", ra)
 	}
 	wantError(t, "submit over the rate", b2.submit(t, slowWorkflow(1)), http.StatusTooManyRequests, "rate_limited", true)
-	if r := b2.do(t, http.MethodGet, "/api/v2/jobs", nil, nil); r.Status != http.StatusOK {
-		t.Errorf("a read over the submit rate: %d", r.Status)
+	if r := b2.get(t, ids[0]); r.Status != http.StatusNotFound {
+		t.Errorf("a read over the submit rate (another demo's job): %d", r.Status)
+	}
+	if r := anon.get(t, ids[0]); r.Status != http.StatusOK {
+		t.Errorf("a read of the demo's job: %d", r.Status)
 	}
 	// Everything the demo took belongs to the demo account.
 	demoKey := s.key(t, "demo")
