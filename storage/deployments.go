@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -59,6 +60,20 @@ func ValidDeploymentID(id string) bool {
 		}
 	}
 	return true
+}
+
+// CheckDeployment refuses a deployment no backend may hold: a bad id, no
+// owner or pool, an unknown state.
+func CheckDeployment(d Deployment) error {
+	switch {
+	case !ValidDeploymentID(d.ID):
+		return fmt.Errorf("storage: deployment id %q is not a DNS label", d.ID)
+	case d.AccountID == "" || d.Pool == "":
+		return errors.New("storage: a deployment needs an account and a pool")
+	case !ValidDeploymentState(d.State):
+		return fmt.Errorf("storage: unknown deployment state %q", d.State)
+	}
+	return nil
 }
 
 // DeploymentStore keeps the deployment registry. Every write is durable

@@ -42,17 +42,13 @@ named by the comfygate global option of the given config.
 }
 
 func cmdAPIKey(fl caddycmd.Flags) (int, error) {
-	app, err := appFromConfig(fl.String("config"), fl.String("adapter"))
+	_, res, err := openFromFlags(fl)
 	if err != nil {
 		return fail(err)
 	}
+	defer res.closeAll()
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	res := newResources(app.resourceConfig(), zap.NewNop())
-	if err := res.open(); err != nil {
-		return fail(err)
-	}
-	defer res.closeAll()
 
 	switch fl.Arg(0) {
 	case "create":
@@ -92,6 +88,21 @@ func cmdAPIKey(fl caddycmd.Flags) (int, error) {
 }
 
 func fail(err error) (int, error) { return 1, err }
+
+// openFromFlags loads the config named by --config/--adapter and opens
+// (and migrates) the backends its comfygate app names; the caller closes
+// them with closeAll.
+func openFromFlags(fl caddycmd.Flags) (*App, *resources, error) {
+	app, err := appFromConfig(fl.String("config"), fl.String("adapter"))
+	if err != nil {
+		return nil, nil, err
+	}
+	res := newResources(app.resourceConfig(), zap.NewNop())
+	if err := res.open(); err != nil {
+		return nil, nil, err
+	}
+	return app, res, nil
+}
 
 // appFromConfig loads a config and returns its comfygate app with defaults
 // applied, without provisioning anything.

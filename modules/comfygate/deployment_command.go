@@ -12,7 +12,6 @@ import (
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/storage"
@@ -64,17 +63,13 @@ func cmdDeployment(fl caddycmd.Flags) (int, error) {
 	if action == "create" && fl.String("account") == "" {
 		return fail(errors.New("create needs --account"))
 	}
-	app, err := appFromConfig(fl.String("config"), fl.String("adapter"))
+	app, res, err := openFromFlags(fl)
 	if err != nil {
 		return fail(err)
 	}
+	defer res.closeAll()
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	res := newResources(app.resourceConfig(), zap.NewNop())
-	if err := res.open(); err != nil {
-		return fail(err)
-	}
-	defer res.closeAll()
 	out := deploymentOutput{w: os.Stdout, json: fl.Bool("json")}
 	st := res.store
 

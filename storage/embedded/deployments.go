@@ -45,13 +45,8 @@ func getDeployment(ctx context.Context, q querier, id string) (storage.Deploymen
 
 // CreateDeployment records d with the store's clock.
 func (s *Store) CreateDeployment(ctx context.Context, d storage.Deployment) (storage.Deployment, error) {
-	switch {
-	case !storage.ValidDeploymentID(d.ID):
-		return storage.Deployment{}, fmt.Errorf("embedded: deployment id %q is not a DNS label", d.ID)
-	case d.AccountID == "" || d.Pool == "":
-		return storage.Deployment{}, errors.New("embedded: a deployment needs an account and a pool")
-	case !storage.ValidDeploymentState(d.State):
-		return storage.Deployment{}, fmt.Errorf("embedded: unknown deployment state %q", d.State)
+	if err := storage.CheckDeployment(d); err != nil {
+		return storage.Deployment{}, err
 	}
 	d.CreatedAt = now()
 	d.UpdatedAt = d.CreatedAt

@@ -24,22 +24,9 @@ func scanDeployment(row pgx.Row) (storage.Deployment, error) {
 	return d, nil
 }
 
-// checkDeployment refuses a record no backend may hold.
-func checkDeployment(d storage.Deployment) error {
-	switch {
-	case !storage.ValidDeploymentID(d.ID):
-		return fmt.Errorf("postgres: deployment id %q is not a DNS label", d.ID)
-	case d.AccountID == "" || d.Pool == "":
-		return errors.New("postgres: a deployment needs an account and a pool")
-	case !storage.ValidDeploymentState(d.State):
-		return fmt.Errorf("postgres: unknown deployment state %q", d.State)
-	}
-	return nil
-}
-
 // CreateDeployment records d with the database clock's times.
 func (s *Store) CreateDeployment(ctx context.Context, d storage.Deployment) (storage.Deployment, error) {
-	if err := checkDeployment(d); err != nil {
+	if err := storage.CheckDeployment(d); err != nil {
 		return storage.Deployment{}, err
 	}
 	got, err := scanDeployment(s.pool.QueryRow(ctx, `INSERT INTO deployments (id, account_id, pool, public, state)
