@@ -28,7 +28,7 @@ var fakeClasses = map[string]string{
 	"FailNode":    `{"required":{"message":["STRING",{"default":"boom"}]}}`,
 	"PreviewNode": `{"required":{"frames":["INT",{"default":3,"min":1,"max":1000}],"step_ms":["INT",{"default":100,"min":0,"max":60000}]},` +
 		`"optional":{"size":["INT",{"default":4,"min":1,"max":1024}]}}`,
-	"PrintNode":   `{"required":{"text":["STRING",{"multiline":true}],"times":["INT",{"default":1,"min":1,"max":100000}]}}`,
+	"PrintNode": `{"required":{"text":["STRING",{"multiline":true}],"times":["INT",{"default":1,"min":1,"max":100000}]}}`,
 }
 
 func catalog(omit []string) map[string]json.RawMessage {
