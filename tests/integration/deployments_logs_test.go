@@ -125,18 +125,22 @@ func TestRunLogSelfHosted(t *testing.T) {
 func TestRunLogGoneWithTheJob(t *testing.T) {
 	b := backends()[1]
 	s := startServerless(t, b, `jobs {
-			retention 3s
+			retention 10s
 			purge_after 1s
 			lease 1s
 		}`, "")
 	s.create(t, "short", "acme", "", false, "ready")
 	c := s.byPrefix("short", s.key(t, "acme"))
-	id := jobID(t, c.submit(t, slowWorkflow(1)))
+	tiny := map[string]any{
+		"1": map[string]any{"class_type": "EmptyImage", "inputs": map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+		"2": map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "tiny", "images": []any{"1", 0}}},
+	}
+	id := jobID(t, c.submit(t, tiny))
 	j := c.wait(t, id, gateway.Terminal)
 	if !hasLogs(t, j) {
 		t.Fatalf("no run log on the finished job: %v", j)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		r := c.get(t, id)
 		if r.Status == http.StatusNotFound {
