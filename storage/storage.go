@@ -135,6 +135,7 @@ type Store interface {
 	APIKeyStore
 	JobStore
 	DeploymentStore
+	NativeStore
 	// Migrate brings the schema up to date. It is safe to call concurrently
 	// from several processes.
 	Migrate(ctx context.Context) error

@@ -51,6 +51,7 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Migrate", migrateCases},
 		{"Deployments", deploymentCases},
 		{"DeploymentJobs", deploymentJobCases},
+		{"Native", nativeCases},
 	}
 	groups = append(groups, jobGroups...)
 	for _, g := range groups {
