@@ -9,6 +9,7 @@ import (
 	_ "github.com/comfygate/comfygate/modules/comfydeployment"
 	_ "github.com/comfygate/comfygate/modules/comfygate"
 	_ "github.com/comfygate/comfygate/modules/comfyjobs"
+	_ "github.com/comfygate/comfygate/modules/comfynative"
 	_ "github.com/comfygate/comfygate/modules/deploymenttls"
 	_ "github.com/comfygate/comfygate/modules/errorenvelope"
 	_ "github.com/comfygate/comfygate/modules/idempotency"

@@ -14,8 +14,8 @@ func init() {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
 //	comfy_auth none [<account>]
-//	comfy_auth static_token <token> [<account>]
-//	comfy_auth api_keys
+//	comfy_auth static_token <token> [<account>] [{ query_param <name> }]
+//	comfy_auth api_keys [{ query_param <name> }]
 //	comfy_auth jwt { … }   (see unmarshalJWT)
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -48,8 +48,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if d.NextBlock(0) {
-		return d.Err("comfy_auth takes no block")
+	for d.NextBlock(0) {
+		if h.Mode == ModeNone || d.Val() != "query_param" {
+			return d.Errf("comfy_auth %s: unknown option %q", h.Mode, d.Val())
+		}
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		h.QueryParam = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
 	}
 	return nil
 }

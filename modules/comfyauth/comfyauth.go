@@ -47,6 +47,13 @@ type Handler struct {
 	Account string `json:"account,omitempty"`
 	// JWT configures jwt mode (the model router's bearer tokens).
 	JWT *jwtauth.Config `json:"jwt,omitempty"`
+	// QueryParam, when set, lets static_token and api_keys requests without
+	// an Authorization header carry the token in this query parameter
+	// (browsers cannot set headers on a WebSocket; ComfyUI clients put a
+	// token in `token`). The parameter is removed from the request once
+	// read; access logs record the URI as received, so filter it there
+	// (see README).
+	QueryParam string `json:"query_param,omitempty"`
 
 	app         *comfygate.App
 	tokenDigest [sha256.Size]byte
@@ -97,6 +104,9 @@ func (h *Handler) Validate() error {
 	default:
 		return fmt.Errorf("comfy_auth: unknown mode %q", h.Mode)
 	}
+	if h.QueryParam != "" && h.Mode != ModeStaticToken && h.Mode != ModeAPIKeys {
+		return errors.New("comfy_auth: query_param applies to static_token and api_keys only")
+	}
 	return nil
 }
 
@@ -134,6 +144,9 @@ func (h *Handler) authenticate(r *http.Request) (principal.Principal, error) {
 		return h.authenticateJWT(r)
 	}
 	token, ok := bearer(r)
+	if !ok && h.QueryParam != "" && r.Header.Get("Authorization") == "" {
+		token, ok = queryToken(r, h.QueryParam)
+	}
 	if !ok {
 		return principal.Principal{}, unauthorized(r)
 	}
@@ -170,6 +183,19 @@ func bearer(r *http.Request) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
+}
+
+// queryToken takes the token from the query parameter name and removes
+// the parameter from r, so that nothing after this handler sees it.
+func queryToken(r *http.Request, name string) (string, bool) {
+	q := r.URL.Query()
+	token := strings.TrimSpace(q.Get(name))
+	if token == "" {
+		return "", false
+	}
+	q.Del(name)
+	r.URL.RawQuery = q.Encode()
+	return token, true
 }
 
 func unauthorized(r *http.Request) error {

@@ -2,6 +2,7 @@ package comfyui
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -145,6 +146,53 @@ func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 	if cat := p.unionCatalog(); cat != nil {
 		return cat, nil
 	}
+	if err := p.awaitFirstTries(ctx); err != nil {
+		return nil, err
+	}
+	if cat := p.unionCatalog(); cat != nil {
+		return cat, nil
+	}
+	return nil, errNoCatalog
+}
+
+// ObjectInfo is the union of the healthy workers' /object_info answers as
+// they sent them, class by class (the first worker's entry of a class
+// wins), for clients that read the catalog itself. It waits as Catalog does.
+func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, error) {
+	if info := p.unionObjectInfo(); info != nil {
+		return info, nil
+	}
+	if err := p.awaitFirstTries(ctx); err != nil {
+		return nil, err
+	}
+	if info := p.unionObjectInfo(); info != nil {
+		return info, nil
+	}
+	return nil, errNoCatalog
+}
+
+func (p *Pool) unionObjectInfo() map[string]json.RawMessage {
+	var union map[string]json.RawMessage
+	for _, w := range p.workers {
+		info, healthy := w.objectInfoIfHealthy()
+		if !healthy || info == nil {
+			continue
+		}
+		if union == nil {
+			union = map[string]json.RawMessage{}
+		}
+		for name, class := range info {
+			if _, ok := union[name]; !ok {
+				union[name] = class
+			}
+		}
+	}
+	return union
+}
+
+// awaitFirstTries starts the pool and waits (bounded by ctx and
+// RequestTimeout) until every worker's first connection attempt is over.
+func (p *Pool) awaitFirstTries(ctx context.Context) error {
 	p.Start()
 	timer := time.NewTimer(p.cfg.RequestTimeout)
 	defer timer.Stop()
@@ -152,15 +200,12 @@ func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 		select {
 		case <-w.firstTry:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-timer.C:
-			return nil, errNoCatalog
+			return errNoCatalog
 		}
 	}
-	if cat := p.unionCatalog(); cat != nil {
-		return cat, nil
-	}
-	return nil, errNoCatalog
+	return nil
 }
 
 func (p *Pool) unionCatalog() workflow.Catalog {

@@ -46,6 +46,7 @@ type worker struct {
 	healthy        bool
 	lastOK         time.Time
 	catalog        workflow.Catalog
+	objectInfo     map[string]json.RawMessage // the catalog as the worker sent it, per class
 	catalogAt      time.Time
 	queueRemaining int
 	inflight       int
@@ -120,6 +121,12 @@ func (w *worker) markFailure(err error) {
 		a.push(event{kind: evLost, err: fmt.Errorf("worker %s stopped answering: %w", w.base.Redacted(), err)})
 	}
 	w.pool.notify()
+}
+
+func (w *worker) objectInfoIfHealthy() (map[string]json.RawMessage, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.objectInfo, w.healthy
 }
 
 func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
@@ -485,8 +492,12 @@ func (w *worker) refreshCatalog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return err
+	}
 	w.mu.Lock()
-	w.catalog, w.catalogAt = cat, time.Now()
+	w.catalog, w.objectInfo, w.catalogAt = cat, raw, time.Now()
 	w.mu.Unlock()
 	w.pool.notify()
 	return nil

@@ -44,6 +44,9 @@ type Config struct {
 	Deployment string
 }
 
+// ErrJobIDTaken is SubmitWithID's answer for an id some job already has.
+var ErrJobIDTaken = apierr.New(http.StatusConflict, "job_id_taken", "a job with this id already exists")
+
 // QueueFullRetryAfter is the Retry-After of a queue_full refusal, in seconds.
 const QueueFullRetryAfter = 2
 
@@ -73,6 +76,12 @@ func (s *Service) now() time.Time {
 // failures claim nothing; the idempotency key is taken only just before the
 // job is written.
 func (s *Service) Submit(ctx context.Context, account string, body []byte) (storage.Job, error) {
+	return s.SubmitWithID(ctx, account, uuid.NewString(), body)
+}
+
+// SubmitWithID is Submit with the job id chosen by the caller (a UUID; a
+// used one is refused as storage refuses it, with ErrDuplicate).
+func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []byte) (storage.Job, error) {
 	sub, err := workflow.ParseSubmit(body, s.Config.Limits)
 	if err != nil {
 		return storage.Job{}, err
@@ -95,7 +104,7 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 		return storage.Job{}, err
 	}
 	job, err := s.Store.CreateJob(ctx, storage.NewJob{
-		ID:             uuid.NewString(),
+		ID:             id,
 		AccountID:      account,
 		Pool:           s.Config.Pool,
 		DeploymentID:   s.Config.Deployment,
@@ -108,6 +117,8 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 	case errors.Is(err, storage.ErrQueueFull):
 		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
 			"the queue is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)
+	case errors.Is(err, storage.ErrDuplicate) && idem.KeyOf(ctx) == "":
+		return storage.Job{}, ErrJobIDTaken
 	case errors.Is(err, storage.ErrDuplicate):
 		return storage.Job{}, apierr.IdempotencyKeyReuse()
 	case err != nil:

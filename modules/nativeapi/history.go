@@ -1,0 +1,268 @@
+package nativeapi
+
+import (
+	"encoding/json"
+	"path"
+	"time"
+
+	"github.com/comfygate/comfygate/storage"
+)
+
+// FileRef is how ComfyUI names a file in a node's output and in /view:
+// {filename, subfolder, type}.
+type FileRef struct {
+	Filename  string `json:"filename"`
+	Subfolder string `json:"subfolder"`
+	Type      string `json:"type"`
+}
+
+// Number is a job's place in ComfyUI's queue order: its creation time in
+// milliseconds. ComfyUI counts prompts from 0; any increasing number keeps
+// clients that sort by it right.
+func Number(j storage.Job) int64 { return j.CreatedAt.UnixMilli() }
+
+// QueueItem is ComfyUI's queue tuple [number, prompt_id, prompt,
+// extra_data, outputs_to_execute], which /queue lists and /history repeats.
+type QueueItem struct {
+	Number   int64
+	PromptID string
+	Prompt   json.RawMessage
+	// ExtraData holds client_id when the prompt named one; comfygate never
+	// stores any other extra_data.
+	ExtraData map[string]string
+	Outputs   []string
+}
+
+// MarshalJSON renders the tuple as ComfyUI's list.
+func (q QueueItem) MarshalJSON() ([]byte, error) {
+	extra := q.ExtraData
+	if extra == nil {
+		extra = map[string]string{}
+	}
+	outputs := q.Outputs
+	if outputs == nil {
+		outputs = []string{}
+	}
+	prompt := q.Prompt
+	if len(prompt) == 0 {
+		prompt = json.RawMessage("{}")
+	}
+	return json.Marshal([]any{q.Number, q.PromptID, prompt, extra, outputs})
+}
+
+// QueueItemOf is a job's queue tuple. clientID is the prompt's WebSocket
+// session ("" for a job submitted otherwise); outputs_to_execute lists the
+// nodes that produced outputs (known once they ran).
+func QueueItemOf(j storage.Job, clientID string) QueueItem {
+	item := QueueItem{Number: Number(j), PromptID: j.ID, Prompt: j.Workflow}
+	if clientID != "" {
+		item.ExtraData = map[string]string{"client_id": clientID}
+	}
+	_, item.Outputs = OutputsOf(j.Outputs)
+	return item
+}
+
+// OutputsOf groups a job's outputs by node in ComfyUI's ui shape
+// ({node: {"images": [FileRef…]}}), with the nodes in the order their
+// first output was committed.
+func OutputsOf(outs []storage.Output) (map[string]map[string][]FileRef, []string) {
+	byNode := map[string]map[string][]FileRef{}
+	var order []string
+	for _, o := range outs {
+		ui, ok := byNode[o.NodeID]
+		if !ok {
+			ui = map[string][]FileRef{}
+			byNode[o.NodeID] = ui
+			order = append(order, o.NodeID)
+		}
+		key := uiKey(o.Type)
+		ui[key] = append(ui[key], fileRefOf(o))
+	}
+	return byNode, order
+}
+
+// uiKey is the ui key ComfyUI's own nodes file an output kind under:
+// images (SaveImage, PreviewImage, and video since SaveVideo), audio,
+// text; anything else under files.
+func uiKey(kind string) string {
+	switch kind {
+	case "image", "video":
+		return "images"
+	case "audio":
+		return "audio"
+	case "text":
+		return "text"
+	}
+	return "files"
+}
+
+// fileRefOf names an output as /view serves it: the asset's file path,
+// split (it starts with the job id, so names never collide across jobs).
+func fileRefOf(o storage.Output) FileRef {
+	dir := path.Dir(o.Asset.FilePath)
+	if dir == "." {
+		dir = ""
+	}
+	return FileRef{Filename: path.Base(o.Asset.FilePath), Subfolder: dir, Type: "output"}
+}
+
+// HistoryEntry is one prompt of ComfyUI's /history.
+type HistoryEntry struct {
+	Prompt  QueueItem                       `json:"prompt"`
+	Outputs map[string]map[string][]FileRef `json:"outputs"`
+	Status  HistoryStatus                   `json:"status"`
+	Meta    map[string]NodeMeta             `json:"meta"`
+}
+
+// HistoryStatus is a history entry's status.
+type HistoryStatus struct {
+	StatusStr string `json:"status_str"`
+	Completed bool   `json:"completed"`
+	// Messages are [event, data] pairs of the execution.
+	Messages [][2]any `json:"messages"`
+}
+
+// NodeMeta is a history entry's meta for one output node.
+type NodeMeta struct {
+	NodeID      string  `json:"node_id"`
+	DisplayNode string  `json:"display_node"`
+	ParentNode  *string `json:"parent_node"`
+	RealNodeID  string  `json:"real_node_id"`
+}
+
+// InHistory reports whether a job belongs in /history: it ran to an end
+// (succeeded, failed or canceled). Expired jobs have lost their outputs and
+// leave the history as they leave retention.
+func InHistory(j storage.Job) bool {
+	switch j.Status {
+	case storage.JobSucceeded, storage.JobFailed, storage.JobCanceled:
+		return true
+	}
+	return false
+}
+
+// HistoryOf is a finished job's history entry.
+func HistoryOf(j storage.Job, clientID string) HistoryEntry {
+	outputs, order := OutputsOf(j.Outputs)
+	meta := make(map[string]NodeMeta, len(order))
+	for _, id := range order {
+		meta[id] = NodeMeta{NodeID: id, DisplayNode: id, RealNodeID: id}
+	}
+	e := HistoryEntry{Prompt: QueueItemOf(j, clientID), Outputs: outputs, Meta: meta}
+	e.Status.Messages = [][2]any{}
+	if j.StartedAt != nil {
+		at := millis(*j.StartedAt)
+		e.Status.Messages = append(e.Status.Messages,
+			[2]any{"execution_start", map[string]any{"prompt_id": j.ID, "timestamp": at}},
+			[2]any{"execution_cached", map[string]any{"nodes": []string{}, "prompt_id": j.ID, "timestamp": at}})
+	}
+	end := millis(j.CreatedAt)
+	if j.CompletedAt != nil {
+		end = millis(*j.CompletedAt)
+	}
+	switch j.Status {
+	case storage.JobSucceeded:
+		e.Status.StatusStr, e.Status.Completed = "success", true
+		e.Status.Messages = append(e.Status.Messages,
+			[2]any{"execution_success", map[string]any{"prompt_id": j.ID, "timestamp": end}})
+	case storage.JobCanceled:
+		e.Status.StatusStr = "error"
+		if j.StartedAt != nil {
+			e.Status.Messages = append(e.Status.Messages,
+				[2]any{"execution_interrupted", interruptedData(j, order, end)})
+		}
+	default:
+		e.Status.StatusStr = "error"
+		e.Status.Messages = append(e.Status.Messages, [2]any{"execution_error", executionErrorData(j, order, end)})
+	}
+	return e
+}
+
+// jobError is the part of a job.error the native messages read.
+type jobError struct {
+	Code      string  `json:"code"`
+	Message   string  `json:"message"`
+	NodeID    *string `json:"node_id"`
+	ClassType *string `json:"class_type"`
+	Traceback *string `json:"traceback"`
+}
+
+// executionErrorData is ComfyUI's execution_error for a failed (or
+// expired) job. exception_type carries comfygate's error code.
+func executionErrorData(j storage.Job, executed []string, at int64) map[string]any {
+	var je jobError
+	_ = json.Unmarshal(j.Error, &je)
+	if je.Code == "" {
+		je.Code, je.Message = j.Status, "the job ended with status "+j.Status
+	}
+	node, class := "", ""
+	if je.NodeID != nil {
+		node = *je.NodeID
+	}
+	if je.ClassType != nil {
+		class = *je.ClassType
+	}
+	traceback := []string{}
+	if je.Traceback != nil && *je.Traceback != "" {
+		traceback = append(traceback, *je.Traceback)
+	}
+	if executed == nil {
+		executed = []string{}
+	}
+	return map[string]any{
+		"prompt_id": j.ID, "node_id": node, "node_type": class, "executed": executed,
+		"exception_message": je.Message, "exception_type": je.Code, "traceback": traceback,
+		"current_inputs": map[string]any{}, "current_outputs": map[string]any{}, "timestamp": at,
+	}
+}
+
+// interruptedData is ComfyUI's execution_interrupted for a canceled job.
+func interruptedData(j storage.Job, executed []string, at int64) map[string]any {
+	node, class := "", ""
+	var p struct {
+		CurrentNode      *string `json:"current_node"`
+		CurrentNodeClass *string `json:"current_node_class"`
+	}
+	if json.Unmarshal(j.Progress, &p) == nil && p.CurrentNode != nil {
+		node = *p.CurrentNode
+		if p.CurrentNodeClass != nil {
+			class = *p.CurrentNodeClass
+		}
+	}
+	if executed == nil {
+		executed = []string{}
+	}
+	return map[string]any{"prompt_id": j.ID, "node_id": node, "node_type": class, "executed": executed, "timestamp": at}
+}
+
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+// History is an ordered /history answer: prompt id → entry, oldest first
+// as ComfyUI lists it.
+type History []HistoryItem
+
+// HistoryItem is one member of a History.
+type HistoryItem struct {
+	ID    string
+	Entry HistoryEntry
+}
+
+// MarshalJSON renders the object with its members in order.
+func (h History) MarshalJSON() ([]byte, error) {
+	buf := []byte{'{'}
+	for i, it := range h {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		k, err := json.Marshal(it.ID)
+		if err != nil {
+			return nil, err
+		}
+		v, err := json.Marshal(it.Entry)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(append(append(buf, k...), ':'), v...)
+	}
+	return append(buf, '}'), nil
+}
