@@ -229,7 +229,10 @@ func (h *Handler) postPrompt(w http.ResponseWriter, r *http.Request, svc *native
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, queued)
+	err = writeJSON(w, queued)
+	_ = http.NewResponseController(w).Flush()
+	queued.Announce(context.WithoutCancel(r.Context()))
+	return err
 }
 
 // Interface guards

@@ -149,6 +149,9 @@ func (f *Follower) Job(j storage.Job) []Frame {
 		return nil
 	}
 	out = append(out, f.start(j.Attempt)...)
+	if len(j.Progress) > 0 { // the last snapshot, for a client that saw none
+		out = append(out, f.Progress(j.Progress)...)
+	}
 	for _, o := range j.Outputs {
 		out = append(out, f.Output(o)...)
 	}

@@ -68,6 +68,18 @@ type Queued struct {
 	// NodeErrors is always empty: comfygate refuses a prompt any of whose
 	// outputs fails validation instead of running the others.
 	NodeErrors map[string]any `json:"node_errors"`
+
+	announce func(context.Context)
+}
+
+// Announce tells the sockets of the prompt's client_id (in every gateway
+// process) to follow it. Call it once the answer to POST /prompt is out,
+// so that a client reads its prompt_id before the prompt's first message,
+// as ComfyUI's clients expect.
+func (q Queued) Announce(ctx context.Context) {
+	if q.announce != nil {
+		q.announce(ctx)
+	}
 }
 
 // QueuePrompt validates a POST /prompt body and queues it as a v2 job of
@@ -113,23 +125,26 @@ func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) 
 		}
 		return Queued{}, err
 	}
+	q := Queued{PromptID: job.ID, Number: Number(job), NodeErrors: map[string]any{}}
 	if in.ClientID != "" {
 		s.remember(context.WithoutCancel(ctx), account, job.ID, in.ClientID)
+		q.announce = func(ctx context.Context) {
+			data, _ := json.Marshal(promptAnnouncement{PromptID: job.ID})
+			_ = s.Jobs.Bus.Publish(ctx, bus.Event{JobID: ClientTopic(account, in.ClientID), Kind: "native_prompt", Data: data})
+		}
 	}
-	return Queued{PromptID: job.ID, Number: Number(job), NodeErrors: map[string]any{}}, nil
+	return q, nil
 }
 
-// remember records the prompt's WebSocket session and tells the sockets of
-// that session about it. The job is durable already: a failure here only
-// costs a socket that reconnects later the prompt's events, so it is
-// logged, not returned.
+// remember records the prompt's WebSocket session. The job is durable
+// already: a failure here only costs a socket that connects later the
+// prompt's events (the announcement still reaches the sockets open now),
+// so it is logged, not returned.
 func (s *Service) remember(ctx context.Context, account, jobID, clientID string) {
 	err := s.Native.CreateNativePrompt(ctx, storage.NativePrompt{JobID: jobID, AccountID: account, ClientID: clientID})
 	if err != nil && s.Logger != nil {
 		s.Logger.Error("recording a prompt's client_id", zap.String("job_id", jobID), zap.Error(err))
 	}
-	data, _ := json.Marshal(promptAnnouncement{PromptID: jobID})
-	_ = s.Jobs.Bus.Publish(ctx, bus.Event{JobID: ClientTopic(account, clientID), Kind: "native_prompt", Data: data})
 }
 
 // activeStatuses are the statuses of ComfyUI's queue: pending (queued) and

@@ -46,8 +46,10 @@ func sdkDir(t *testing.T) string { return filepath.Join(gateway.RepoRoot(t), "te
 // requireSDK fails the test when the SDK's npm dependencies are missing.
 func requireSDK(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(sdkDir(t), "node_modules", "@comfyorg", "sdk")); err != nil {
-		t.Fatalf("the SDK is not installed; run tests/run (it runs npm ci in tests/sdk): %v", err)
+	for _, pkg := range []string{"@comfyorg/sdk", "@saintno/comfyui-sdk", "@stable-canvas/comfyui-client", "ws"} {
+		if _, err := os.Stat(filepath.Join(sdkDir(t), "node_modules", pkg)); err != nil {
+			t.Fatalf("%s is not installed; run tests/run (it runs npm ci in tests/sdk): %v", pkg, err)
+		}
 	}
 }
 
