@@ -61,7 +61,7 @@ type Follower struct {
 	// event below it was overtaken by a snapshot read after it.
 	nodesDone int
 	done      bool
-	now      func() time.Time
+	now       func() time.Time
 }
 
 // NewFollower follows job id.
