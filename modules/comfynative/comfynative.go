@@ -130,7 +130,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return writeJSON(w, map[string]any{"queue_running": running, "queue_pending": pending})
 	case rt == (route{http.MethodPost, "queue"}):
-		return h.postQueue(w, r, svc, account)
+		return postList(w, r, func(ctx context.Context) error { return svc.ClearQueue(ctx, account) },
+			func(ctx context.Context, ids []string) error { return svc.DeleteQueued(ctx, account, ids) })
 	case rt == (route{http.MethodPost, "interrupt"}):
 		var body struct {
 			PromptID string `json:"prompt_id"`
@@ -144,7 +145,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case rt == (route{http.MethodGet, "history"}):
 		return h.getHistory(w, r, svc, account, rest)
 	case rt == (route{http.MethodPost, "history"}) && rest == "":
-		return h.postHistory(w, r, svc, account)
+		return postList(w, r, func(ctx context.Context) error { return svc.ClearHistory(ctx, account) },
+			func(ctx context.Context, ids []string) error { return svc.HideHistory(ctx, account, ids) })
 	case first == "view" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return h.view(w, r, svc, account)
 	case rt == (route{http.MethodPost, "upload"}) && (rest == "image" || rest == "mask"):

@@ -2,6 +2,7 @@ package comfynative
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -66,34 +67,20 @@ type listControl struct {
 	Clear  bool     `json:"clear"`
 }
 
-func (h *Handler) postQueue(w http.ResponseWriter, r *http.Request, svc *nativeapi.Service, account string) error {
+// postList serves POST /queue and POST /history: {"clear": true} and
+// {"delete": [ids]}, either or both.
+func postList(w http.ResponseWriter, r *http.Request, clear func(ctx context.Context) error,
+	remove func(ctx context.Context, ids []string) error) error {
 	var body listControl
 	if err := readOptionalJSON(r, &body); err != nil {
 		return err
 	}
 	if body.Clear {
-		if err := svc.ClearQueue(r.Context(), account); err != nil {
+		if err := clear(r.Context()); err != nil {
 			return err
 		}
 	}
-	if err := svc.DeleteQueued(r.Context(), account, body.Delete); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusOK)
-	return nil
-}
-
-func (h *Handler) postHistory(w http.ResponseWriter, r *http.Request, svc *nativeapi.Service, account string) error {
-	var body listControl
-	if err := readOptionalJSON(r, &body); err != nil {
-		return err
-	}
-	if body.Clear {
-		if err := svc.ClearHistory(r.Context(), account); err != nil {
-			return err
-		}
-	}
-	if err := svc.HideHistory(r.Context(), account, body.Delete); err != nil {
+	if err := remove(r.Context(), body.Delete); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

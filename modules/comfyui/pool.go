@@ -172,22 +172,7 @@ func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, erro
 }
 
 func (p *Pool) unionObjectInfo() map[string]json.RawMessage {
-	var union map[string]json.RawMessage
-	for _, w := range p.workers {
-		info, healthy := w.objectInfoIfHealthy()
-		if !healthy || info == nil {
-			continue
-		}
-		if union == nil {
-			union = map[string]json.RawMessage{}
-		}
-		for name, class := range info {
-			if _, ok := union[name]; !ok {
-				union[name] = class
-			}
-		}
-	}
-	return union
+	return unionOf(p.workers, (*worker).objectInfoIfHealthy)
 }
 
 // awaitFirstTries starts the pool and waits (bounded by ctx and
@@ -209,16 +194,22 @@ func (p *Pool) awaitFirstTries(ctx context.Context) error {
 }
 
 func (p *Pool) unionCatalog() workflow.Catalog {
-	var union workflow.Catalog
-	for _, w := range p.workers {
-		cat, healthy := w.catalogIfHealthy()
-		if !healthy || cat == nil {
+	return unionOf(p.workers, (*worker).catalogIfHealthy)
+}
+
+// unionOf merges, class by class, what get returns for each healthy worker
+// (the first worker's entry of a class wins); nil when none has answered.
+func unionOf[M ~map[string]V, V any](workers []*worker, get func(*worker) (M, bool)) M {
+	var union M
+	for _, w := range workers {
+		classes, healthy := get(w)
+		if !healthy || classes == nil {
 			continue
 		}
 		if union == nil {
-			union = workflow.Catalog{}
+			union = M{}
 		}
-		for name, class := range cat {
+		for name, class := range classes {
 			if _, ok := union[name]; !ok {
 				union[name] = class
 			}

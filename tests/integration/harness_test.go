@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,18 +158,5 @@ func blobFiles(t *testing.T, g *gateway.Gateway, sub string) []string {
 
 // createKey mints an API key with the CLI against the gateway's config.
 func createKey(t *testing.T, g *gateway.Gateway, account string) string {
-	t.Helper()
-	cfgs, _ := filepath.Glob(filepath.Join(g.Dir, "Caddyfile.*"))
-	if len(cfgs) != 1 {
-		t.Fatalf("want one Caddyfile in %s, have %v", g.Dir, cfgs)
-	}
-	cmd := exec.Command(gateway.Binary(t), "api-key", "create", "--config", cfgs[0], "--adapter", "caddyfile", "--account", account)
-	cmd.Dir = g.Dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("api-key create: %v\n%s", err, stderr.String())
-	}
-	return strings.TrimSpace(string(out))
+	return gateway.CreateAPIKey(t, g, account)
 }
