@@ -156,7 +156,7 @@ var activeStatuses = []string{storage.JobQueued, storage.JobRunning, storage.Job
 func (s *Service) listJobs(ctx context.Context, account string, statuses []string, keep func(storage.Job) (bool, error)) error {
 	q := storage.JobQuery{Statuses: statuses, Limit: 100}
 	for scanned := 0; scanned < maxScanned; {
-		page, err := s.Jobs.List(ctx, account, q)
+		page, next, err := s.Jobs.List(ctx, account, q)
 		if err != nil {
 			return err
 		}
@@ -167,7 +167,7 @@ func (s *Service) listJobs(ctx context.Context, account string, statuses []strin
 			}
 		}
 		scanned += len(page)
-		if len(page) < q.Limit {
+		if next == "" || len(page) == 0 {
 			return nil
 		}
 		last := page[len(page)-1]
@@ -297,7 +297,8 @@ func (s *Service) visible(ctx context.Context, account string, list []storage.Jo
 	return out, nil
 }
 
-// entries reads each job's outputs and renders the history, oldest first.
+// entries renders jobs (listed newest first, with their outputs) as the
+// history, oldest first.
 func (s *Service) entries(ctx context.Context, account string, list []storage.Job) (History, error) {
 	clients, err := s.clientIDs(ctx, account, list)
 	if err != nil {
@@ -305,13 +306,7 @@ func (s *Service) entries(ctx context.Context, account string, list []storage.Jo
 	}
 	h := make(History, 0, len(list))
 	for i := len(list) - 1; i >= 0; i-- {
-		j, err := s.Jobs.Get(ctx, account, list[i].ID) // with its outputs
-		if err != nil {
-			if e, ok := apierr.As(err); ok && e.Status == 404 {
-				continue
-			}
-			return nil, err
-		}
+		j := list[i]
 		h = append(h, HistoryItem{ID: j.ID, Entry: HistoryOf(j, clients[j.ID])})
 	}
 	return h, nil
