@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/nativeapi"
+	"github.com/comfygate/comfygate/storage"
 )
 
 // maxControlBody bounds the small JSON bodies of /queue, /history and
@@ -74,6 +76,9 @@ func postList(w http.ResponseWriter, r *http.Request, clear func(ctx context.Con
 	var body listControl
 	if err := readOptionalJSON(r, &body); err != nil {
 		return err
+	}
+	if len(body.Delete) > storage.MaxNativeIDs {
+		return apierr.InvalidRequest(fmt.Sprintf("delete at most %d prompts at once", storage.MaxNativeIDs))
 	}
 	if body.Clear {
 		if err := clear(r.Context()); err != nil {

@@ -45,6 +45,15 @@ func TestNativeJobsInV2(t *testing.T) {
 		t.Fatalf("/view %d and v2 content %d differ", viewed.Status, content.Status)
 	}
 	checkInverted(t, viewed.Body, size)
+	// Every route is also served under /api, as ComfyUI serves it.
+	if h := a.history("/api/history/" + id); len(h[id].Outputs) != 1 {
+		t.Fatalf("/api/history/{id} = %v", h)
+	}
+	var q map[string]any
+	a.json(http.MethodGet, "/api/queue", nil, &q)
+	if _, ok := q["queue_running"]; !ok {
+		t.Fatalf("/api/queue = %v", q)
+	}
 
 	// The v2 event stream of the native job ends with its terminal status.
 	req, _ := http.NewRequest(http.MethodGet, g.URL+"/api/v2/jobs/"+id+"/events", nil)
