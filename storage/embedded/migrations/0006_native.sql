@@ -1,4 +1,4 @@
--- 0005: the ComfyUI-compatible front's records beside the jobs it created:
+-- 0006: the ComfyUI-compatible front's records beside the jobs it created:
 -- the WebSocket session a job reports to, and what its history hides.
 
 CREATE TABLE native_prompts (
