@@ -88,7 +88,13 @@ func startServerless(t *testing.T, b backend, extra, demo string) *serverless {
 			t.Fatal(err)
 		}
 	}
-	g := gateway.Start(t, serverlessConfig(global+"\n\t\t"+extra, demo, cloudPort), gateway.Options{Dir: dir})
+	// Two FreePort calls may return the same port (the first listener is
+	// closed by then); the gateway's own port must differ from cloudPort.
+	port := gateway.FreePort(t)
+	for port == cloudPort {
+		port = gateway.FreePort(t)
+	}
+	g := gateway.Start(t, serverlessConfig(global+"\n\t\t"+extra, demo, cloudPort), gateway.Options{Dir: dir, Port: port})
 	cfgs, _ := filepath.Glob(filepath.Join(g.Dir, "Caddyfile.*"))
 	if len(cfgs) != 1 {
 		t.Fatalf("want one Caddyfile in %s, have %v", g.Dir, cfgs)

@@ -24,6 +24,9 @@ import (
 func TestDeploymentCertificates(t *testing.T) {
 	dir := t.TempDir()
 	tlsPort, httpPort := gateway.FreePort(t), gateway.FreePort(t)
+	for httpPort == tlsPort { // FreePort may answer the same port twice
+		httpPort = gateway.FreePort(t)
+	}
 	caddyStorage := filepath.Join(dir, "caddy")
 	cfg := fmt.Sprintf(`{
 	admin off
