@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime"
-	"os"
 	"path"
 	"time"
 
@@ -32,7 +32,7 @@ const (
 // Service is the assets domain service.
 type Service struct {
 	Store storage.Store
-	Blobs *blob.FileSystem
+	Blobs blob.Store
 	// DefaultRetention is applied when a request has no expires_in; zero
 	// means assets never expire.
 	DefaultRetention time.Duration
@@ -176,7 +176,7 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 		DeploymentID:   s.Deployment,
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
-	}, s.requirePresent)
+	}, func(hash string) error { return s.requirePresent(ctx, hash) })
 	if err != nil {
 		return Result{}, storeErr(err)
 	}
@@ -185,13 +185,9 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 
 // requirePresent is the publish step of a create over bytes already stored:
 // it only checks that they are there.
-func (s *Service) requirePresent(hash string) error {
-	ok, err := s.Blobs.Exists(hash)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("blob %s is recorded but its bytes are missing: %w", hash, os.ErrNotExist)
+func (s *Service) requirePresent(ctx context.Context, hash string) error {
+	if _, err := s.Blobs.Stat(ctx, hash); err != nil {
+		return fmt.Errorf("blob %s is recorded but its bytes are not available: %w", hash, err)
 	}
 	return nil
 }
@@ -230,7 +226,7 @@ func (s *Service) Delete(ctx context.Context, account, id string) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return notFound()
 	}
-	err := s.Store.DeleteAsset(ctx, account, id, s.Blobs.Remove)
+	err := s.Store.DeleteAsset(ctx, account, id, s.removeBlob(ctx))
 	switch {
 	case err == nil:
 		return nil
@@ -243,26 +239,46 @@ func (s *Service) Delete(ctx context.Context, account, id string) error {
 	}
 }
 
-// Open returns the caller's asset and its bytes. The caller closes the file.
-func (s *Service) Open(ctx context.Context, account, id string) (storage.Asset, *os.File, error) {
-	a, err := s.Get(ctx, account, id)
+// StatContent checks that the bytes of an asset (from Get) are available.
+func (s *Service) StatContent(ctx context.Context, a storage.Asset) error {
+	_, err := s.Blobs.Stat(ctx, a.Hash)
+	return contentErr(err)
+}
+
+// OpenContent returns the bytes of an asset (from Get), the first Read
+// expected at from. The caller closes the reader.
+func (s *Service) OpenContent(ctx context.Context, a storage.Asset, from int64) (io.ReadSeekCloser, error) {
+	f, _, err := s.Blobs.Open(ctx, a.Hash, from)
 	if err != nil {
-		return a, nil, err
+		return nil, contentErr(err)
 	}
-	f, _, err := s.Blobs.Open(a.Hash)
-	if errors.Is(err, os.ErrNotExist) {
-		return a, nil, apierr.New(404, "blob_not_found", "the asset's bytes are not available")
+	return f, nil
+}
+
+// contentErr maps a blob store error met serving an asset's bytes.
+func contentErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return apierr.New(404, "blob_not_found", "the asset's bytes are not available")
+	default:
+		return apierr.Upstream(err)
 	}
-	if err != nil {
-		return a, nil, apierr.Upstream(err)
-	}
-	return a, f, nil
 }
 
 // SweepExpired removes assets past their retention, with their bytes when
 // unreferenced. It returns how many it removed.
 func (s *Service) SweepExpired(ctx context.Context, limit int) (int, error) {
-	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.Blobs.Remove)
+	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.removeBlob(ctx))
+}
+
+// removeBlob is the storage layer's remove step: it deletes the bytes of a
+// blob whose last reference is going, with the blob's row held. It runs
+// without ctx's cancellation, so that a client going away cannot leave the
+// outcome of the delete unknown while the row is released.
+func (s *Service) removeBlob(ctx context.Context) storage.BlobFunc {
+	return blob.RemoveFunc(ctx, s.Blobs)
 }
 
 func (s *Service) expired(a storage.Asset) bool {

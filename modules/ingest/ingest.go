@@ -1,5 +1,5 @@
 // Package ingest parses the multipart body of POST /api/v2/assets into a
-// blob upload, streaming the file part straight to disk.
+// blob upload, streaming the file part straight into the blob store.
 //
 // It does not use http.Request.ParseMultipartForm or mime/multipart's form
 // spooling: those buffer parts in memory or temp files and read the socket
@@ -43,7 +43,7 @@ type Request struct {
 	Tags         []string
 	ExpiresIn    int // seconds; 0 when not sent
 	// Upload holds the bytes. The caller owns it and must Publish or Abort it.
-	Upload *blob.Upload
+	Upload blob.Upload
 	// Hash and Size describe the received bytes, computed server-side.
 	Hash string
 	Size int64
@@ -65,7 +65,7 @@ const (
 // failure to read the body (client gone, context canceled), which is returned
 // wrapped for the caller to map. On any error no temp file remains. On
 // success the caller owns Request.Upload.
-func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs *blob.FileSystem, lim Limits) (req *Request, err error) {
+func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs blob.Store, lim Limits) (req *Request, err error) {
 	boundary, err := multipartBoundary(contentTypeHeader)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs 
 			if !seen[partContentType] || !seen[partFilePath] {
 				return nil, apierr.Validation("content_type and file_path must be sent before the file part")
 			}
-			if err := receiveFile(parsed, part, br, blobs, lim.MaxBytes); err != nil {
+			if err := receiveFile(ctx, parsed, part, br, blobs, lim.MaxBytes); err != nil {
 				return nil, err
 			}
 			continue
@@ -161,8 +161,8 @@ func checkPartName(name string, seen map[string]bool) error {
 }
 
 // receiveFile streams the file part into a new blob upload.
-func receiveFile(req *Request, part *multipart.Part, br *bodyReader, blobs *blob.FileSystem, limit int64) error {
-	up, err := blobs.NewUpload()
+func receiveFile(ctx context.Context, req *Request, part *multipart.Part, br *bodyReader, blobs blob.Store, limit int64) error {
+	up, err := blobs.NewUpload(ctx)
 	if err != nil {
 		return apierr.Upstream(err)
 	}

@@ -111,7 +111,7 @@ func TestParseAccepts(t *testing.T) {
 			if err := req.Upload.Publish(); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
-			f, _, err := s.Open(req.Hash)
+			f, _, err := s.Open(context.Background(), req.Hash, 0)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}

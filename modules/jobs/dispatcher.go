@@ -56,7 +56,7 @@ var (
 // Dispatcher claims a pool's queued jobs and runs them on its executor.
 type Dispatcher struct {
 	Store     Store
-	Blobs     *blob.FileSystem
+	Blobs     blob.Store
 	Bus       bus.Bus
 	Exec      Executor
 	ExtraData *ExtraDataCache
@@ -127,7 +127,7 @@ func (d *Dispatcher) work(ctx context.Context) {
 		case <-d.wake:
 		}
 		for ctx.Err() == nil {
-			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, d.Blobs.Remove)
+			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, blob.RemoveFunc(ctx, d.Blobs))
 			if errors.Is(err, storage.ErrNotFound) {
 				break
 			}
@@ -301,7 +301,7 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			if err != nil {
 				return a, nil, err
 			}
-			f, _, err := d.Blobs.Open(a.Hash)
+			f, _, err := d.Blobs.Open(ctx, a.Hash, 0)
 			return a, f, err
 		},
 		Progress: func(ctx context.Context, p Progress) {
@@ -348,7 +348,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 		return storage.Output{}, fmt.Errorf("opening output %s: %w", f.Name, err)
 	}
 	defer rc.Close()
-	up, err := d.Blobs.NewUpload()
+	up, err := d.Blobs.NewUpload(ctx)
 	if err != nil {
 		return storage.Output{}, err
 	}

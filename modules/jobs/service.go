@@ -53,7 +53,7 @@ const QueueFullRetryAfter = 2
 // Service is the jobs domain service.
 type Service struct {
 	Store Store
-	Blobs *blob.FileSystem
+	Blobs blob.Store
 	Bus   bus.Bus
 	// Catalog returns the node catalog of the pool jobs go to.
 	Catalog func(ctx context.Context) (workflow.Catalog, error)

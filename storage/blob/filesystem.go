@@ -1,16 +1,19 @@
-// Package blob is the file_system blob store: immutable bytes addressed by
-// their blake3 digest under <dir>/objects/ab/cd/<hex>.
+// Package blob is the blob-store contract (Store, Upload) and its
+// file_system implementation: immutable bytes addressed by their blake3
+// digest under <dir>/objects/ab/cd/<hex>.
 //
 // Bytes arrive through an Upload, a temp file under <dir>/tmp (the same file
 // system as objects, so that publishing is a link, not a copy). An object path
 // is only ever created by link(2) of a finished, fsynced temp file, so a crash
 // at any point leaves either no object or a whole one; stray temp files are
-// removed by SweepTemp.
+// removed by Sweep.
 package blob
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -56,14 +59,14 @@ func (f *FileSystem) Init() error {
 	return nil
 }
 
-// NewUpload starts an upload into a fresh temp file. The caller must end it
-// with Finish then Publish, or Abort.
-func (f *FileSystem) NewUpload() (*Upload, error) {
+// NewUpload starts an upload into a fresh temp file. Local file operations
+// are not cancelable, so ctx is not used.
+func (f *FileSystem) NewUpload(context.Context) (Upload, error) {
 	file, err := os.CreateTemp(f.tmp, tempPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("blob: create temp file: %w", err)
 	}
-	return newUpload(f, file), nil
+	return newFileUpload(f, file), nil
 }
 
 // objectPath validates hash and returns where its object lives.
@@ -76,9 +79,10 @@ func (f *FileSystem) objectPath(hash string) (string, error) {
 	return p, nil
 }
 
-// Open opens the object for hash and returns it with its size. A missing
-// object yields an error wrapping fs.ErrNotExist.
-func (f *FileSystem) Open(hash string) (*os.File, int64, error) {
+// Open opens the object for hash, positioned at from, and returns it with
+// its size. A missing object yields an error wrapping fs.ErrNotExist. The
+// reader is the *os.File itself, so that serving it can use sendfile.
+func (f *FileSystem) Open(_ context.Context, hash string, from int64) (io.ReadSeekCloser, int64, error) {
 	p, err := f.objectPath(hash)
 	if err != nil {
 		return nil, 0, err
@@ -95,29 +99,36 @@ func (f *FileSystem) Open(hash string) (*os.File, int64, error) {
 		_ = file.Close()
 		return nil, 0, fmt.Errorf("blob: stat %s: %w", hash, err)
 	}
+	if from != 0 {
+		if _, err := file.Seek(from, io.SeekStart); err != nil {
+			_ = file.Close()
+			return nil, 0, fmt.Errorf("blob: seek %s: %w", hash, err)
+		}
+	}
 	return file, st.Size(), nil
 }
 
-// Exists reports whether the object for hash is present.
-func (f *FileSystem) Exists(hash string) (bool, error) {
+// Stat returns the size of the object for hash, or an error wrapping
+// fs.ErrNotExist.
+func (f *FileSystem) Stat(_ context.Context, hash string) (int64, error) {
 	p, err := f.objectPath(hash)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	_, err = os.Stat(p)
+	st, err := os.Stat(p)
 	switch {
 	case err == nil:
-		return true, nil
+		return st.Size(), nil
 	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
+		return 0, fmt.Errorf("blob %s: %w", hash, fs.ErrNotExist)
 	default:
-		return false, fmt.Errorf("blob: stat %s: %w", hash, err)
+		return 0, fmt.Errorf("blob: stat %s: %w", hash, err)
 	}
 }
 
 // Remove deletes the object for hash; a missing object is success. Shard
 // directories are kept: removing them would race with a concurrent Publish.
-func (f *FileSystem) Remove(hash string) error {
+func (f *FileSystem) Remove(_ context.Context, hash string) error {
 	p, err := f.objectPath(hash)
 	if err != nil {
 		return err
@@ -128,34 +139,48 @@ func (f *FileSystem) Remove(hash string) error {
 	return nil
 }
 
-// SweepTemp removes upload temp files not modified for olderThan, left by
-// crashes or by callers that never ended an upload. An upload in progress
-// touches its file at least every buffer flush, so pick olderThan well above
-// the slowest expected upload (hours, not seconds). It returns how many files
-// it removed.
-func (f *FileSystem) SweepTemp(olderThan time.Duration) (int, error) {
+// Leftovers lists the upload temp files in <dir>/tmp (only those this store
+// created: other files there are not its to remove).
+func (f *FileSystem) Leftovers(context.Context) ([]Leftover, error) {
 	entries, err := os.ReadDir(f.tmp)
 	if err != nil {
-		return 0, fmt.Errorf("blob: list temp dir: %w", err)
+		return nil, fmt.Errorf("blob: list temp dir: %w", err)
 	}
-	cutoff := time.Now().Add(-olderThan)
-	removed := 0
-	var errs []error
+	var out []Leftover
 	for _, e := range entries {
 		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
 			continue
 		}
 		info, err := e.Info()
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) { // finished meanwhile
-				errs = append(errs, err)
+			if errors.Is(err, fs.ErrNotExist) { // finished meanwhile
+				continue
 			}
+			return nil, fmt.Errorf("blob: list temp dir: %w", err)
+		}
+		out = append(out, Leftover{Name: e.Name(), Modified: info.ModTime()})
+	}
+	return out, nil
+}
+
+// Sweep removes upload temp files not modified for olderThan, left by
+// crashes or by callers that never ended an upload. An upload in progress
+// touches its file at least every buffer flush, so pick olderThan well above
+// the slowest expected upload (hours, not seconds). It returns how many files
+// it removed.
+func (f *FileSystem) Sweep(ctx context.Context, olderThan time.Duration) (int, error) {
+	leftovers, err := f.Leftovers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cutoff := time.Now().Add(-olderThan)
+	removed := 0
+	var errs []error
+	for _, l := range leftovers {
+		if !l.Modified.Before(cutoff) {
 			continue
 		}
-		if !info.ModTime().Before(cutoff) {
-			continue
-		}
-		err = os.Remove(filepath.Join(f.tmp, e.Name()))
+		err := os.Remove(filepath.Join(f.tmp, l.Name))
 		switch {
 		case err == nil:
 			removed++
@@ -182,3 +207,5 @@ func syncDir(dir string) error {
 	}
 	return cerr
 }
+
+var _ Store = (*FileSystem)(nil)

@@ -28,7 +28,7 @@ func TestInitCreatesPrivateDirs(t *testing.T) {
 
 func TestNewUploadWithoutInit(t *testing.T) {
 	s := NewFileSystem(filepath.Join(t.TempDir(), "missing"))
-	if _, err := s.NewUpload(); err == nil {
+	if _, err := openUpload(s); err == nil {
 		t.Fatal("NewUpload succeeded without Init")
 	}
 }
@@ -38,7 +38,7 @@ func TestOpenExistsRemove(t *testing.T) {
 	data := []byte("content")
 	hash := hashOf(data)
 	missing := hashOf([]byte("other"))
-	u, err := s.NewUpload()
+	u, err := openUpload(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +55,13 @@ func TestOpenExistsRemove(t *testing.T) {
 	hexd := hash[len(HashPrefix):]
 	invalid := []string{"", HashPrefix + strings.ToUpper(hexd), HashPrefix + "../" + hexd[3:], hash + "/..", "sha256:" + hexd}
 	for _, h := range invalid {
-		if _, _, err := s.Open(h); !errors.Is(err, ErrInvalidHash) {
+		if _, _, err := s.Open(bg, h, 0); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidHash", h, err)
 		}
-		if _, err := s.Exists(h); !errors.Is(err, ErrInvalidHash) {
+		if _, err := exists(s, h); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Exists(%q) = %v, want ErrInvalidHash", h, err)
 		}
-		if err := s.Remove(h); !errors.Is(err, ErrInvalidHash) {
+		if err := s.Remove(bg, h); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Remove(%q) = %v, want ErrInvalidHash", h, err)
 		}
 	}
@@ -73,11 +73,11 @@ func TestOpenExistsRemove(t *testing.T) {
 	}{{"present", hash, true}, {"missing", missing, false}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok, err := s.Exists(tt.hash)
+			ok, err := exists(s, tt.hash)
 			if err != nil || ok != tt.wantExists {
 				t.Fatalf("Exists = %v, %v; want %v", ok, err, tt.wantExists)
 			}
-			f, size, err := s.Open(tt.hash)
+			f, size, err := s.Open(bg, tt.hash, 0)
 			if !tt.wantExists {
 				if !errors.Is(err, fs.ErrNotExist) {
 					t.Fatalf("Open(missing) = %v, want fs.ErrNotExist", err)
@@ -94,13 +94,13 @@ func TestOpenExistsRemove(t *testing.T) {
 		})
 	}
 
-	if err := s.Remove(hash); err != nil {
+	if err := s.Remove(bg, hash); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if err := s.Remove(hash); err != nil {
+	if err := s.Remove(bg, hash); err != nil {
 		t.Fatalf("Remove of a missing object: %v", err)
 	}
-	if ok, _ := s.Exists(hash); ok {
+	if ok, _ := exists(s, hash); ok {
 		t.Fatal("object still exists after Remove")
 	}
 }
@@ -110,9 +110,9 @@ func TestSweepTemp(t *testing.T) {
 	tmp := filepath.Join(s.Dir(), "tmp")
 	old := time.Now().Add(-2 * time.Hour)
 
-	stale := make([]*Upload, 3)
+	stale := make([]*fileUpload, 3)
 	for i := range stale {
-		u, err := s.NewUpload()
+		u, err := openUpload(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestSweepTemp(t *testing.T) {
 		}
 		stale[i] = u
 	}
-	fresh, err := s.NewUpload()
+	fresh, err := openUpload(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestSweepTemp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := s.SweepTemp(time.Hour)
+	n, err := s.Sweep(bg, time.Hour)
 	if err != nil || n != len(stale) {
 		t.Fatalf("SweepTemp = %d, %v; want %d", n, err, len(stale))
 	}
@@ -149,7 +149,7 @@ func TestSweepTemp(t *testing.T) {
 			t.Fatalf("%s was swept: %v", p, err)
 		}
 	}
-	if n, err := s.SweepTemp(time.Hour); err != nil || n != 0 {
+	if n, err := s.Sweep(bg, time.Hour); err != nil || n != 0 {
 		t.Fatalf("second SweepTemp = %d, %v; want 0", n, err)
 	}
 	// A swept upload fails cleanly rather than publishing a missing file:

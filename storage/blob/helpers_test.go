@@ -1,7 +1,9 @@
 package blob
 
 import (
+	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -73,4 +75,25 @@ func (s *smallReader) Read(p []byte) (int, error) {
 		p = p[:s.max]
 	}
 	return s.r.Read(p)
+}
+
+var bg = context.Background()
+
+// openUpload starts an upload on the file system store as its own type, so
+// that tests can look at its temp file.
+func openUpload(s *FileSystem) (*fileUpload, error) {
+	u, err := s.NewUpload(bg)
+	if err != nil {
+		return nil, err
+	}
+	return u.(*fileUpload), nil
+}
+
+// exists reports whether s holds hash.
+func exists(s *FileSystem, hash string) (bool, error) {
+	_, err := s.Stat(bg, hash)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }

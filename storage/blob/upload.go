@@ -39,15 +39,9 @@ const (
 	stateAborted
 )
 
-// ErrUploadState is returned when an Upload method is called out of order
-// (writing after Finish, Publish before Finish, anything after Abort).
-var ErrUploadState = errors.New("blob: upload used out of order")
-
-// Upload is bytes on their way into the store: a temp file that is hashed
-// while it is written. It is used by one goroutine at a time. Every Upload
-// must end in Publish or Abort; Abort is always safe, so `defer u.Abort()`
-// is the intended pattern.
-type Upload struct {
+// fileUpload is a FileSystem's Upload: a temp file that is hashed while it
+// is written.
+type fileUpload struct {
 	store   *FileSystem
 	file    *os.File // nil once closed
 	tmpPath string
@@ -63,9 +57,9 @@ type Upload struct {
 	err     error // first write-side failure; sticky
 }
 
-func newUpload(store *FileSystem, file *os.File) *Upload {
+func newFileUpload(store *FileSystem, file *os.File) *fileUpload {
 	bp := bufferPool.Get().(*[]byte)
-	return &Upload{
+	return &fileUpload{
 		store:   store,
 		file:    file,
 		tmpPath: file.Name(),
@@ -76,10 +70,10 @@ func newUpload(store *FileSystem, file *os.File) *Upload {
 }
 
 // Size returns how many bytes the upload has accepted so far.
-func (u *Upload) Size() int64 { return u.size }
+func (u *fileUpload) Size() int64 { return u.size }
 
 // Write buffers p, hashing and writing it out a buffer at a time.
-func (u *Upload) Write(p []byte) (int, error) {
+func (u *fileUpload) Write(p []byte) (int, error) {
 	if err := u.writable(); err != nil {
 		return 0, err
 	}
@@ -112,7 +106,7 @@ func (u *Upload) Write(p []byte) (int, error) {
 // through r's own small reads) is what keeps hashing and file writes at
 // BufferSize granularity. A read error from r is returned as is; a write
 // error is wrapped and also makes the upload unusable.
-func (u *Upload) ReadFrom(r io.Reader) (int64, error) {
+func (u *fileUpload) ReadFrom(r io.Reader) (int64, error) {
 	if err := u.writable(); err != nil {
 		return 0, err
 	}
@@ -141,7 +135,7 @@ func (u *Upload) ReadFrom(r io.Reader) (int64, error) {
 
 // Finish flushes the buffer, fsyncs and closes the temp file, and returns the
 // content address and size. It may be called again and returns the same.
-func (u *Upload) Finish() (hash string, size int64, err error) {
+func (u *fileUpload) Finish() (hash string, size int64, err error) {
 	switch u.state {
 	case stateFinished, statePublished:
 		return u.hash, u.size, nil
@@ -170,9 +164,6 @@ func (u *Upload) Finish() (hash string, size int64, err error) {
 	return u.hash, u.size, nil
 }
 
-// Hash returns the content address after Finish, or "" before.
-func (u *Upload) Hash() string { return u.hash }
-
 // Publish makes the finished bytes visible at their content address. The
 // object is created by link(2), which never replaces an existing name, so a
 // concurrent Publish of the same bytes cannot expose a partial file; an
@@ -180,7 +171,7 @@ func (u *Upload) Hash() string { return u.hash }
 // every call (even when the object already existed, since another publisher
 // may not have synced yet) so that the object survives a crash once Publish
 // returns. The temp file is removed.
-func (u *Upload) Publish() error {
+func (u *fileUpload) Publish() error {
 	switch u.state {
 	case statePublished:
 		return nil
@@ -224,7 +215,7 @@ func (u *Upload) Publish() error {
 // matches (identical bytes by construction). A size mismatch can only be
 // damage from outside the store, so the verified temp file atomically
 // replaces it.
-func (u *Upload) healExisting(object string) error {
+func (u *fileUpload) healExisting(object string) error {
 	st, err := os.Stat(object)
 	if err != nil {
 		return fmt.Errorf("blob: stat existing object %s: %w", u.hash, err)
@@ -240,7 +231,7 @@ func (u *Upload) healExisting(object string) error {
 
 // Abort discards the upload and removes its temp file. It is idempotent and
 // does nothing after a successful Publish.
-func (u *Upload) Abort() error {
+func (u *fileUpload) Abort() error {
 	if u.state == stateAborted || u.state == statePublished {
 		u.state = stateAborted
 		return nil
@@ -257,7 +248,7 @@ func (u *Upload) Abort() error {
 	return nil
 }
 
-func (u *Upload) writable() error {
+func (u *fileUpload) writable() error {
 	if u.state != stateWriting {
 		return fmt.Errorf("%w: write after Finish or Abort", ErrUploadState)
 	}
@@ -265,7 +256,7 @@ func (u *Upload) writable() error {
 }
 
 // flush hashes and writes out the buffered bytes.
-func (u *Upload) flush() error {
+func (u *fileUpload) flush() error {
 	if u.n == 0 {
 		return nil
 	}
@@ -275,7 +266,7 @@ func (u *Upload) flush() error {
 }
 
 // writeOut hashes p and appends it to the temp file.
-func (u *Upload) writeOut(p []byte) error {
+func (u *fileUpload) writeOut(p []byte) error {
 	if u.err != nil {
 		return u.err
 	}
@@ -292,14 +283,14 @@ func (u *Upload) writeOut(p []byte) error {
 }
 
 // fail records a write-side error so that later calls report it too.
-func (u *Upload) fail(err error) error {
+func (u *fileUpload) fail(err error) error {
 	if u.err == nil {
 		u.err = err
 	}
 	return u.err
 }
 
-func (u *Upload) releaseBuffer() {
+func (u *fileUpload) releaseBuffer() {
 	if u.bufp != nil {
 		bufferPool.Put(u.bufp)
 		u.bufp = nil

@@ -13,20 +13,20 @@ import (
 
 func TestUploadRoundTrip(t *testing.T) {
 	big := randomBytes(3*BufferSize+12345, 1)
-	readFrom := func(u *Upload, d []byte) error { _, err := u.ReadFrom(bytes.NewReader(d)); return err }
+	readFrom := func(u *fileUpload, d []byte) error { _, err := u.ReadFrom(bytes.NewReader(d)); return err }
 	tests := []struct {
 		name  string
 		data  []byte
-		write func(u *Upload, data []byte) error
+		write func(u *fileUpload, data []byte) error
 	}{
 		{name: "empty", data: nil, write: readFrom},
 		{name: "ReadFrom small", data: []byte("hello"), write: readFrom},
-		{name: "ReadFrom multi-buffer via 4KiB reads", data: big, write: func(u *Upload, d []byte) error {
+		{name: "ReadFrom multi-buffer via 4KiB reads", data: big, write: func(u *fileUpload, d []byte) error {
 			_, err := u.ReadFrom(&smallReader{r: bytes.NewReader(d), max: 4096})
 			return err
 		}},
-		{name: "one large Write", data: big, write: func(u *Upload, d []byte) error { _, err := u.Write(d); return err }},
-		{name: "odd-sized Writes", data: big, write: func(u *Upload, d []byte) error {
+		{name: "one large Write", data: big, write: func(u *fileUpload, d []byte) error { _, err := u.Write(d); return err }},
+		{name: "odd-sized Writes", data: big, write: func(u *fileUpload, d []byte) error {
 			for len(d) > 0 {
 				n := min(len(d), 777_777)
 				if _, err := u.Write(d[:n]); err != nil {
@@ -36,7 +36,7 @@ func TestUploadRoundTrip(t *testing.T) {
 			}
 			return nil
 		}},
-		{name: "Write then ReadFrom", data: big, write: func(u *Upload, d []byte) error {
+		{name: "Write then ReadFrom", data: big, write: func(u *fileUpload, d []byte) error {
 			if _, err := u.Write(d[:10]); err != nil {
 				return err
 			}
@@ -46,7 +46,7 @@ func TestUploadRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
-			u, err := s.NewUpload()
+			u, err := openUpload(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func TestUploadRoundTrip(t *testing.T) {
 			if want := hashOf(tt.data); hash != want || size != int64(len(tt.data)) {
 				t.Fatalf("Finish = %s, %d; want %s, %d", hash, size, want, len(tt.data))
 			}
-			if exists, _ := s.Exists(hash); exists {
+			if ok, _ := exists(s, hash); ok {
 				t.Fatal("object exists before Publish")
 			}
 			if err := u.Publish(); err != nil {
@@ -78,7 +78,7 @@ func TestUploadRoundTrip(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(s.Dir(), "objects", hexd[:2], hexd[2:4], hexd)); err != nil {
 				t.Fatalf("object not at sharded path: %v", err)
 			}
-			f, n, err := s.Open(hash)
+			f, n, err := s.Open(bg, hash, 0)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -93,7 +93,7 @@ func TestUploadRoundTrip(t *testing.T) {
 
 func TestUploadReadFromReturnsReadError(t *testing.T) {
 	s := newStore(t)
-	u, err := s.NewUpload()
+	u, err := openUpload(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,27 +117,27 @@ func TestUploadLifecycleErrors(t *testing.T) {
 	s := newStore(t)
 	tests := []struct {
 		name string
-		run  func(u *Upload) error
+		run  func(u *fileUpload) error
 	}{
-		{name: "Publish before Finish", run: func(u *Upload) error { return u.Publish() }},
-		{name: "Write after Finish", run: func(u *Upload) error {
+		{name: "Publish before Finish", run: func(u *fileUpload) error { return u.Publish() }},
+		{name: "Write after Finish", run: func(u *fileUpload) error {
 			if _, _, err := u.Finish(); err != nil {
 				return err
 			}
 			_, err := u.Write([]byte("x"))
 			return err
 		}},
-		{name: "ReadFrom after Abort", run: func(u *Upload) error {
+		{name: "ReadFrom after Abort", run: func(u *fileUpload) error {
 			_ = u.Abort()
 			_, err := u.ReadFrom(strings.NewReader("x"))
 			return err
 		}},
-		{name: "Finish after Abort", run: func(u *Upload) error {
+		{name: "Finish after Abort", run: func(u *fileUpload) error {
 			_ = u.Abort()
 			_, _, err := u.Finish()
 			return err
 		}},
-		{name: "Publish after Abort", run: func(u *Upload) error {
+		{name: "Publish after Abort", run: func(u *fileUpload) error {
 			_, _, _ = u.Finish()
 			_ = u.Abort()
 			return u.Publish()
@@ -145,7 +145,7 @@ func TestUploadLifecycleErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, err := s.NewUpload()
+			u, err := openUpload(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func TestAbort(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
-			u, err := s.NewUpload()
+			u, err := openUpload(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,9 +208,9 @@ func TestConcurrentPublishSameBytes(t *testing.T) {
 	s := newStore(t)
 	data := randomBytes(2*BufferSize+3, 3)
 	const publishers = 8
-	uploads := make([]*Upload, publishers)
+	uploads := make([]*fileUpload, publishers)
 	for i := range uploads {
-		u, err := s.NewUpload()
+		u, err := openUpload(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +244,7 @@ func TestConcurrentPublishSameBytes(t *testing.T) {
 	if len(objects) != 1 {
 		t.Fatalf("objects = %v, want exactly one", objects)
 	}
-	f, _, err := s.Open(hashOf(data))
+	f, _, err := s.Open(bg, hashOf(data), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestPublishHealsDamagedObject(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, hexd), []byte("trunc"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	u, err := s.NewUpload()
+	u, err := openUpload(s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,102 @@
+package blob
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Store is the blob-store contract: immutable bytes addressed by their
+// blake3 digest. FileSystem implements it on a local directory and
+// storage/blob/s3blob on an S3-compatible object store; both pass the
+// conformance suite in storage/blob/blobtest.
+//
+// Bytes arrive through an Upload, which holds them somewhere temporary until
+// Publish makes them visible at their content address. Publish and Remove are
+// called by the storage layer with the blob's database row locked (see
+// storage.BlobFunc), which is what orders a create and a delete of the same
+// bytes; the store itself only promises that Publish is create-only and that
+// an object is never visible half-written.
+//
+// Errors: a missing object wraps fs.ErrNotExist; a malformed hash is
+// ErrInvalidHash; anything else (the store is down, out of space, refused
+// the request) is an error the caller answers as its own failure.
+type Store interface {
+	// NewUpload starts an upload. ctx bounds the upload's own requests to
+	// the store until Publish returns; cleanup (Abort) runs without it, so
+	// that a client that goes away still has its temporary bytes removed.
+	NewUpload(ctx context.Context) (Upload, error)
+	// Open returns the object's bytes and size. from is where the first
+	// Read is expected to start: a remote store fetches from there at once,
+	// so that a store that is down is known before any response is
+	// written. Seek works anywhere afterwards.
+	Open(ctx context.Context, hash string, from int64) (io.ReadSeekCloser, int64, error)
+	// Stat returns the object's size, or an error wrapping fs.ErrNotExist.
+	Stat(ctx context.Context, hash string) (int64, error)
+	// Remove deletes the object; a missing object is success.
+	Remove(ctx context.Context, hash string) error
+	// Leftovers lists what unfinished uploads left behind: temp files,
+	// temp objects, incomplete multipart uploads. Uploads in progress are
+	// listed too; their Modified keeps moving.
+	Leftovers(ctx context.Context) ([]Leftover, error)
+	// Sweep removes the leftovers not modified for olderThan (crashes,
+	// aborts that could not reach the store) and returns how many it
+	// removed. Pick olderThan well above the slowest expected upload.
+	Sweep(ctx context.Context, olderThan time.Duration) (int, error)
+}
+
+// Upload is bytes on their way into a Store, hashed while they stream. It is
+// used by one goroutine at a time. The caller writes the bytes (Write or
+// ReadFrom), calls Finish to learn their address, then Publish (with the
+// blob's row locked) to make them visible there. Abort must always be called
+// when the caller is done, also after Publish (`defer u.Abort()`): it
+// discards whatever temporary state is left.
+type Upload interface {
+	io.Writer
+	io.ReaderFrom
+	// Size returns how many bytes the upload has accepted so far.
+	Size() int64
+	// Finish ends the bytes (what is buffered is written out) and returns
+	// their content address and size. It may be called again and returns
+	// the same.
+	Finish() (hash string, size int64, err error)
+	// Publish makes the finished bytes visible at their content address;
+	// an object already there is success (identical bytes by construction).
+	Publish() error
+	// Abort discards the upload's temporary state. It is idempotent and
+	// leaves a published object alone.
+	Abort() error
+}
+
+// Leftover is one piece of temporary state an upload left in a store.
+type Leftover struct {
+	// Name identifies it within the store (a file name, an object key, or
+	// an object key with its multipart upload id).
+	Name string
+	// Modified is when it last changed.
+	Modified time.Time
+}
+
+// Presigner is implemented by stores that can hand out URLs at which a
+// client fetches an object directly, without the gateway.
+type Presigner interface {
+	// PresignGet returns a URL for the object's bytes, answered with the
+	// given Content-Type, and the time until which it is valid. It is
+	// local computation: no request goes to the store.
+	PresignGet(hash, contentType string) (url string, expires time.Time, err error)
+}
+
+// ErrUploadState is returned when an Upload method is called out of order
+// (writing after Finish, Publish before Finish, anything after Abort).
+var ErrUploadState = errors.New("blob: upload used out of order")
+
+// RemoveFunc adapts s.Remove to the storage layer's remove step
+// (storage.BlobFunc), which deletes the bytes of a blob whose last reference
+// is going while the blob's row is held. It runs without ctx's
+// cancellation: a client that goes away must not release the row while the
+// outcome of its delete request is still unknown.
+func RemoveFunc(ctx context.Context, s Store) func(hash string) error {
+	ctx = context.WithoutCancel(ctx)
+	return func(hash string) error { return s.Remove(ctx, hash) }
+}
