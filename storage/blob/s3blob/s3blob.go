@@ -1,0 +1,238 @@
+// Package s3blob is the s3 blob store: the blob.Store contract on any
+// S3-compatible object store (AWS S3, R2, GCS's S3 API, MinIO, Ceph,
+// versitygw), through github.com/minio/minio-go/v7.
+//
+// Objects live at <prefix>objects/ab/cd/<hex>. An upload streams into a
+// multipart upload under <prefix>tmp/, hashed with blake3 as it goes, with
+// at most two part buffers per upload (one filling, one in flight); once the
+// hash is known, Publish makes the temp object the content-addressed one by
+// a server-side copy, unless the object is already there. A body smaller
+// than one part never touches tmp: Publish puts it at its address directly.
+// Failed uploads are aborted; what an abort cannot reach (a crash, a store
+// that is down) is found by Leftovers and removed by Sweep.
+package s3blob
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/comfygate/comfygate/storage/blob"
+)
+
+// Defaults and limits.
+const (
+	// DefaultPartSize is the multipart part size, and so half the most
+	// memory one upload holds (two part buffers).
+	DefaultPartSize = 8 << 20
+	// minPartSize is S3's smallest part but the last.
+	minPartSize = 5 << 20
+	// maxParts is S3's most parts of one multipart upload.
+	maxParts = 10000
+	// maxCopySize is the largest object one CopyObject request may copy;
+	// larger ones are copied part by part.
+	maxCopySize = 5 << 30
+	// MaxPresignTTL is the longest validity S3 allows a presigned URL.
+	MaxPresignTTL = 7 * 24 * time.Hour
+	// maxRetries bounds minio-go's retries of a failed request, so that a
+	// store that is down is reported within seconds.
+	maxRetries = 3
+	// cleanupTimeout bounds the requests that undo an upload.
+	cleanupTimeout = 30 * time.Second
+)
+
+// Config configures a Store.
+type Config struct {
+	// Endpoint is the store's base URL: https://host[:port] (or http://
+	// for a store on a trusted network).
+	Endpoint string
+	// Bucket holds the objects; it must exist.
+	Bucket string
+	// Region is the bucket's region. Default us-east-1.
+	Region string
+	// Prefix is prepended to every key ("comfygate/" keeps the store's
+	// keys under one folder of a shared bucket).
+	Prefix string
+	// AccessKey and SecretKey are the credentials.
+	AccessKey string
+	SecretKey string
+	// PathStyle addresses the bucket in the path (host/bucket/key) instead
+	// of the host name (bucket.host/key); most self-hosted stores need it.
+	PathStyle bool
+	// PresignTTL, when positive, is how long presigned GET URLs are valid.
+	PresignTTL time.Duration
+	// PartSize is the multipart part size. Default DefaultPartSize.
+	PartSize int64
+}
+
+// Store is a blob.Store on an S3 bucket. It is safe for concurrent use.
+type Store struct {
+	core       minio.Core
+	bucket     string
+	prefix     string
+	partSize   int64
+	presignTTL time.Duration
+}
+
+// New returns a store for cfg. It does no I/O.
+func New(cfg Config) (*Store, error) {
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("s3blob: endpoint %q must be http(s)://host[:port]", cfg.Endpoint)
+	}
+	if cfg.Bucket == "" {
+		return nil, errors.New("s3blob: a bucket is required")
+	}
+	if cfg.PresignTTL < 0 || cfg.PresignTTL > MaxPresignTTL {
+		return nil, fmt.Errorf("s3blob: presign ttl must be at most %s", MaxPresignTTL)
+	}
+	if cfg.PartSize == 0 {
+		cfg.PartSize = DefaultPartSize
+	}
+	if cfg.PartSize < minPartSize {
+		return nil, fmt.Errorf("s3blob: part size must be at least %d bytes", minPartSize)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	lookup := minio.BucketLookupDNS
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	secure := u.Scheme == "https"
+	transport, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3blob: %w", err)
+	}
+	transport.MaxIdleConnsPerHost = 64
+	client, err := minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:       secure,
+		Region:       cfg.Region, // known, so presigning never asks the store
+		BucketLookup: lookup,
+		Transport:    transport,
+		MaxRetries:   maxRetries,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3blob: %w", err)
+	}
+	return &Store{
+		core:       minio.Core{Client: client},
+		bucket:     cfg.Bucket,
+		prefix:     cfg.Prefix,
+		partSize:   cfg.PartSize,
+		presignTTL: cfg.PresignTTL,
+	}, nil
+}
+
+// objectKey validates hash and returns its object's key.
+func (s *Store) objectKey(hash string) (string, error) {
+	h, err := blob.ParseHash(hash)
+	if err != nil || h != hash {
+		return "", blob.ErrInvalidHash
+	}
+	hx := hash[len(blob.HashPrefix):]
+	return s.prefix + "objects/" + hx[0:2] + "/" + hx[2:4] + "/" + hx, nil
+}
+
+// tempPrefix is where uploads stream before they have an address.
+func (s *Store) tempPrefix() string { return s.prefix + "tmp/" }
+
+// newTempKey names a fresh temp object: its creation time (for a human
+// looking at the bucket) and 128 random bits.
+func (s *Store) newTempKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return s.tempPrefix() + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// NewUpload starts an upload. It does no I/O: the multipart upload begins
+// when the first part is full.
+func (s *Store) NewUpload(ctx context.Context) (blob.Upload, error) {
+	return newUpload(ctx, s), nil
+}
+
+// Stat returns the object's size.
+func (s *Store) Stat(ctx context.Context, hash string) (int64, error) {
+	key, err := s.objectKey(hash)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return 0, mapErr("stat "+hash, err)
+	}
+	return info.Size, nil
+}
+
+// Remove deletes the object; S3 answers a missing key with success too.
+func (s *Store) Remove(ctx context.Context, hash string) error {
+	key, err := s.objectKey(hash)
+	if err != nil {
+		return err
+	}
+	if err := s.core.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return mapErr("remove "+hash, err)
+	}
+	return nil
+}
+
+// PresignGet returns a presigned GET URL for the object, answered with
+// contentType, and the time until which it is valid: the signing time
+// rounded down to the second (as the signature records it) plus the TTL.
+func (s *Store) PresignGet(hash, contentType string) (string, time.Time, error) {
+	if s.presignTTL <= 0 {
+		return "", time.Time{}, errors.New("s3blob: presign is not configured")
+	}
+	key, err := s.objectKey(hash)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	signedAt := time.Now().UTC().Truncate(time.Second)
+	params := url.Values{}
+	if contentType != "" {
+		params.Set("response-content-type", contentType)
+	}
+	// With the region known this is local computation; ctx is unused.
+	u, err := s.core.PresignedGetObject(context.Background(), s.bucket, key, s.presignTTL, params)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("s3blob: presign %s: %w", hash, err)
+	}
+	return u.String(), signedAt.Add(s.presignTTL), nil
+}
+
+// Presigns reports whether the store was configured to presign URLs.
+func (s *Store) Presigns() bool { return s.presignTTL > 0 }
+
+// mapErr wraps a minio error, turning a missing key into fs.ErrNotExist.
+func mapErr(op string, err error) error {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) && (resp.Code == "NoSuchKey" || resp.StatusCode == http.StatusNotFound && resp.Code != "NoSuchBucket") {
+		return fmt.Errorf("s3blob: %s: %w", op, fs.ErrNotExist)
+	}
+	return fmt.Errorf("s3blob: %s: %w", op, err)
+}
+
+// isInvalidRange reports an S3 416 (a range starting at or past the end).
+func isInvalidRange(err error) bool {
+	var resp minio.ErrorResponse
+	return errors.As(err, &resp) && (resp.Code == "InvalidRange" || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable)
+}
+
+// keyName is a key without the store's prefix, for messages.
+func (s *Store) keyName(key string) string { return strings.TrimPrefix(key, s.prefix) }
+
+var (
+	_ blob.Store     = (*Store)(nil)
+	_ blob.Presigner = (*Store)(nil)
+)

@@ -1,0 +1,41 @@
+package s3blob_test
+
+import (
+	"testing"
+
+	"github.com/comfygate/comfygate/storage/blob/blobtest"
+	"github.com/comfygate/comfygate/storage/blob/s3blob"
+	"github.com/comfygate/comfygate/storage/s3test"
+)
+
+// partSize is S3's smallest part, so that the suite's streamed uploads are
+// a few parts of it.
+const partSize = 5 << 20
+
+// newStore returns a store on a fresh bucket of cfg's server.
+func newStore(t *testing.T, cfg s3test.Config, prefix string) *s3blob.Store {
+	t.Helper()
+	s, err := s3blob.New(s3blob.Config{
+		Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Region: cfg.Region, Prefix: prefix,
+		AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, PathStyle: true, PartSize: partSize,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestConformance runs the blob-store conformance suite on a real S3
+// server: a private versitygw process (the test server's binary), so that
+// Down can stop it without disturbing other tests.
+func TestConformance(t *testing.T) {
+	srv := s3test.StartServer(t)
+	blobtest.Run(t, func(t *testing.T) blobtest.Harness {
+		return blobtest.Harness{
+			Store: newStore(t, srv.Bucket(t), "gw/"),
+			Large: partSize,
+			Down:  srv.Stop,
+			Up:    srv.Start,
+		}
+	})
+}

@@ -1,0 +1,326 @@
+package s3blob
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/zeebo/blake3"
+
+	"github.com/comfygate/comfygate/storage/blob"
+)
+
+// hashChunk is how many received bytes are hashed at once: blake3 is much
+// faster on large inputs than on the few KiB one multipart read returns.
+const hashChunk = 1 << 20
+
+type uploadState int
+
+const (
+	stateWriting uploadState = iota
+	stateFinished
+	statePublished
+	stateAborted
+)
+
+// upload streams bytes into a multipart upload at a temp key. It holds at
+// most two part buffers: the one being filled and the one being sent.
+type upload struct {
+	s      *Store
+	ctx    context.Context
+	key    string // temp key
+	hasher *blake3.Hasher
+	state  uploadState
+	err    error // first failure; sticky
+
+	buf     []byte // part being filled (a pooled buffer of partSize)
+	n       int    // bytes in buf
+	hashed  int    // bytes of buf already hashed
+	sending []byte // the part in flight; nil when none
+	spare   []byte // the second buffer while no part is in flight
+	size    int64
+
+	uploadID string
+	parts    []minio.CompletePart
+	inflight chan partResult // the part being sent; nil when none
+	complete bool            // the temp object exists (multipart completed)
+
+	hash string
+}
+
+type partResult struct {
+	part minio.ObjectPart
+	num  int
+	err  error
+}
+
+// bufPools recycles part buffers, one pool per part size.
+var bufPools sync.Map // int64 → *sync.Pool
+
+func getBuf(size int64) []byte {
+	p, _ := bufPools.LoadOrStore(size, &sync.Pool{New: func() any {
+		b := make([]byte, size)
+		return &b
+	}})
+	return *(p.(*sync.Pool).Get().(*[]byte))
+}
+
+func putBuf(b []byte) {
+	if b == nil {
+		return
+	}
+	b = b[:cap(b)]
+	if p, ok := bufPools.Load(int64(len(b))); ok {
+		p.(*sync.Pool).Put(&b)
+	}
+}
+
+func newUpload(ctx context.Context, s *Store) *upload {
+	return &upload{s: s, ctx: ctx, key: s.newTempKey(), hasher: blake3.New(), buf: getBuf(s.partSize)}
+}
+
+func (u *upload) Size() int64 { return u.size }
+
+func (u *upload) writable() error {
+	if u.state != stateWriting {
+		return fmt.Errorf("%w: write after Finish or Abort", blob.ErrUploadState)
+	}
+	return u.err
+}
+
+// fail records a store-side error so that later calls report it too.
+func (u *upload) fail(err error) error {
+	if u.err == nil {
+		u.err = err
+	}
+	return u.err
+}
+
+// Write copies p into part buffers, sending each one as it fills.
+func (u *upload) Write(p []byte) (int, error) {
+	if err := u.writable(); err != nil {
+		return 0, err
+	}
+	total := 0
+	for len(p) > 0 {
+		c := copy(u.buf[u.n:], p)
+		u.n += c
+		u.size += int64(c)
+		total += c
+		p = p[c:]
+		if err := u.filled(); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// ReadFrom reads r straight into the part buffer until io.EOF. A read error
+// from r is returned as is; a store error is wrapped and makes the upload
+// unusable.
+func (u *upload) ReadFrom(r io.Reader) (int64, error) {
+	if err := u.writable(); err != nil {
+		return 0, err
+	}
+	var total int64
+	for {
+		m, err := r.Read(u.buf[u.n:])
+		if m < 0 || m > len(u.buf)-u.n {
+			return total, fmt.Errorf("s3blob: reader returned invalid count %d", m)
+		}
+		u.n += m
+		u.size += int64(m)
+		total += int64(m)
+		if ferr := u.filled(); ferr != nil {
+			return total, ferr
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// filled hashes what has accumulated and sends the part once it is full.
+func (u *upload) filled() error {
+	if u.n-u.hashed >= hashChunk || u.n == len(u.buf) {
+		_, _ = u.hasher.Write(u.buf[u.hashed:u.n])
+		u.hashed = u.n
+	}
+	if u.n < len(u.buf) {
+		return nil
+	}
+	return u.sendPart()
+}
+
+// sendPart starts sending the filled buffer as the next part and carries on
+// filling the other one. The previous part must have arrived first.
+func (u *upload) sendPart() error {
+	if err := u.wait(); err != nil {
+		return err
+	}
+	num := len(u.parts) + 1
+	if num > maxParts {
+		return u.fail(fmt.Errorf("s3blob: upload exceeds %d parts of %d bytes", maxParts, u.s.partSize))
+	}
+	if u.uploadID == "" {
+		id, err := u.s.core.NewMultipartUpload(u.ctx, u.s.bucket, u.key, minio.PutObjectOptions{})
+		if err != nil {
+			return u.fail(fmt.Errorf("s3blob: start multipart upload: %w", err))
+		}
+		u.uploadID = id
+	}
+	data := u.buf[:u.n]
+	if u.spare == nil {
+		u.spare = getBuf(u.s.partSize)
+	}
+	u.sending, u.buf, u.spare = data, u.spare, nil
+	u.n, u.hashed = 0, 0
+	u.inflight = make(chan partResult, 1)
+	go func(ch chan<- partResult, id string) {
+		part, err := u.s.core.PutObjectPart(u.ctx, u.s.bucket, u.key, id, num,
+			bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{DisableContentSha256: true})
+		ch <- partResult{part: part, num: num, err: err}
+	}(u.inflight, u.uploadID)
+	return nil
+}
+
+// wait waits for the part in flight, if any, records it, and takes its
+// buffer back as the spare.
+func (u *upload) wait() error {
+	if u.inflight == nil {
+		return u.err
+	}
+	res := <-u.inflight
+	u.inflight = nil
+	u.spare, u.sending = u.sending[:cap(u.sending)], nil
+	if res.err != nil {
+		return u.fail(fmt.Errorf("s3blob: upload part %d: %w", res.num, res.err))
+	}
+	u.parts = append(u.parts, minio.CompletePart{PartNumber: res.num, ETag: res.part.ETag})
+	return u.err
+}
+
+// Finish hashes the tail and, when the body outgrew one part, sends the
+// last part and completes the multipart upload into the temp object. A body
+// that fits one part stays in memory until Publish.
+func (u *upload) Finish() (string, int64, error) {
+	switch u.state {
+	case stateFinished, statePublished:
+		return u.hash, u.size, nil
+	case stateAborted:
+		return "", 0, fmt.Errorf("%w: Finish after Abort", blob.ErrUploadState)
+	}
+	if u.err != nil {
+		return "", 0, u.err
+	}
+	_, _ = u.hasher.Write(u.buf[u.hashed:u.n])
+	u.hashed = u.n
+	if u.uploadID != "" {
+		if u.n > 0 {
+			if err := u.sendPart(); err != nil {
+				return "", 0, err
+			}
+		}
+		if err := u.wait(); err != nil {
+			return "", 0, err
+		}
+		_, err := u.s.core.CompleteMultipartUpload(u.ctx, u.s.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{})
+		if err != nil {
+			return "", 0, u.fail(fmt.Errorf("s3blob: complete multipart upload: %w", err))
+		}
+		u.complete = true
+		u.releaseBuffers()
+	}
+	var sum [32]byte
+	u.hasher.Sum(sum[:0])
+	u.hash = blob.HashPrefix + hex.EncodeToString(sum[:])
+	u.state = stateFinished
+	return u.hash, u.size, nil
+}
+
+// Publish makes the bytes the object at their address, unless it is there
+// already: a body held in memory is put there, a temp object is copied
+// there server-side.
+func (u *upload) Publish() error {
+	switch u.state {
+	case statePublished:
+		return nil
+	case stateWriting:
+		return fmt.Errorf("%w: Publish before Finish", blob.ErrUploadState)
+	case stateAborted:
+		return fmt.Errorf("%w: Publish after Abort", blob.ErrUploadState)
+	}
+	key, err := u.s.objectKey(u.hash)
+	if err != nil {
+		return err
+	}
+	switch _, err := u.s.Stat(u.ctx, u.hash); {
+	case err == nil:
+		u.state = statePublished
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if u.complete {
+		err = u.s.copyObject(u.ctx, u.key, key, u.size)
+	} else {
+		_, err = u.s.core.PutObject(u.ctx, u.s.bucket, key, bytes.NewReader(u.buf[:u.n]), int64(u.n), "", "",
+			minio.PutObjectOptions{DisableContentSha256: true})
+	}
+	if err != nil {
+		return fmt.Errorf("s3blob: publish %s: %w", u.hash, err)
+	}
+	u.state = statePublished
+	return nil
+}
+
+// copyObject copies src to dst within the bucket, server-side.
+func (s *Store) copyObject(ctx context.Context, src, dst string, size int64) error {
+	if size <= maxCopySize {
+		_, err := s.core.CopyObject(ctx, s.bucket, src, s.bucket, dst, nil, minio.CopySrcOptions{}, minio.PutObjectOptions{})
+		return err
+	}
+	_, err := s.core.ComposeObject(ctx, minio.CopyDestOptions{Bucket: s.bucket, Object: dst, PartSize: maxCopySize},
+		minio.CopySrcOptions{Bucket: s.bucket, Object: src})
+	return err
+}
+
+// Abort removes the temp object or the incomplete multipart upload, waits
+// for a part in flight, and returns the buffers. It runs on its own bounded
+// context: the upload's may be the one that was canceled.
+func (u *upload) Abort() error {
+	if u.state == stateAborted {
+		return nil
+	}
+	u.state = stateAborted
+	_ = u.wait()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), cleanupTimeout)
+	defer cancel()
+	var err error
+	switch {
+	case u.complete:
+		err = u.s.core.RemoveObject(ctx, u.s.bucket, u.key, minio.RemoveObjectOptions{})
+	case u.uploadID != "":
+		err = u.s.core.AbortMultipartUpload(ctx, u.s.bucket, u.key, u.uploadID)
+	}
+	u.releaseBuffers()
+	if err != nil {
+		return fmt.Errorf("s3blob: discard upload %s: %w", u.s.keyName(u.key), err)
+	}
+	return nil
+}
+
+func (u *upload) releaseBuffers() {
+	putBuf(u.buf)
+	putBuf(u.spare)
+	u.buf, u.spare, u.n, u.hashed = nil, nil, 0, 0
+}
