@@ -28,6 +28,11 @@ func TestExamplesAdapt(t *testing.T) {
 	t.Setenv("COMFYGATE_POSTGRES_DSN", "postgres://nobody@127.0.0.1:1/none")
 	t.Setenv("COMFYGATE_REDIS_URL", "redis://127.0.0.1:1/0")
 	t.Setenv("COMFYGATE_BLOB_DIR", t.TempDir())
+	t.Setenv("COMFYGATE_S3_ENDPOINT", "https://127.0.0.1:1")
+	t.Setenv("COMFYGATE_S3_BUCKET", "comfygate")
+	t.Setenv("COMFYGATE_S3_REGION", "us-east-1")
+	t.Setenv("COMFYGATE_S3_ACCESS_KEY", "example-access-key")
+	t.Setenv("COMFYGATE_S3_SECRET_KEY", "example-secret-key")
 	t.Setenv("COMFYGATE_ROUTER_CATALOG", filepath.Join(cwd, examplesDir, "router-catalog.json"))
 	t.Setenv("ROUTER_JWT_SECRET", "example-secret-of-at-least-32-bytes!!")
 	for _, k := range []string{"FAL_KEY", "BFL_KEY", "OPENAI_KEY", "ELEVENLABS_KEY"} {

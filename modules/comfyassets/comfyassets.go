@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/assets"
@@ -36,7 +37,8 @@ const maxJSONBody = 64 << 10
 
 // Handler serves /api/v2/assets.
 type Handler struct {
-	app *comfygate.App
+	app    *comfygate.App
+	logger *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -54,6 +56,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("comfy_assets: %w", err)
 	}
 	h.app = app.(*comfygate.App)
+	h.logger = ctx.Logger()
 	return nil
 }
 
@@ -192,19 +195,78 @@ func (h *Handler) byHash(w http.ResponseWriter, r *http.Request, svc *assets.Ser
 }
 
 func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal, id string) error {
-	a, f, err := svc.Open(r.Context(), p.AccountID, id)
+	a, err := svc.Get(r.Context(), p.AccountID, id)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	if signer := h.app.Presigner(); signer != nil {
+		url, _, err := signer.PresignGet(a.Hash, a.ContentType)
+		if err != nil {
+			return apierr.Upstream(err)
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		http.Redirect(w, r, url, http.StatusFound)
+		return nil
+	}
+	var body io.ReadSeeker
+	if r.Method == http.MethodHead {
+		// Nothing is read; the store is still asked that the bytes are there.
+		if err := svc.StatContent(r.Context(), a); err != nil {
+			return err
+		}
+		body = sizeOnly(a.SizeBytes)
+	} else {
+		f, err := svc.OpenContent(r.Context(), a, httpx.RangeStart(r.Header.Get("Range"), a.SizeBytes))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		body = &readFailure{r: f}
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", a.ContentType)
 	hdr.Set("ETag", `"`+strings.TrimPrefix(a.Hash, "blake3:")+`"`)
 	hdr.Set("Cache-Control", "private, max-age=3600, immutable")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	// ServeContent answers Range (206/416), If-None-Match and HEAD.
-	http.ServeContent(w, r, "", a.CreatedAt, f)
+	http.ServeContent(w, r, "", a.CreatedAt, body)
+	if rf, ok := body.(*readFailure); ok && rf.err != nil {
+		// The status line is out: the one honest thing left is to cut the
+		// connection, so that the client sees a failed transfer, not a
+		// short 200.
+		h.logger.Error("reading an asset's bytes failed mid-response",
+			zap.String("asset_id", a.ID), zap.Error(rf.err))
+		panic(http.ErrAbortHandler)
+	}
 	return nil
+}
+
+// readFailure remembers the error that ended a read (ServeContent drops it).
+type readFailure struct {
+	r   io.ReadSeeker
+	err error
+}
+
+func (f *readFailure) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && err != io.EOF && f.err == nil {
+		f.err = err
+	}
+	return n, err
+}
+
+func (f *readFailure) Seek(off int64, whence int) (int64, error) { return f.r.Seek(off, whence) }
+
+// sizeOnly is a ReadSeeker with a size and no bytes, for HEAD.
+type sizeOnly int64
+
+func (s sizeOnly) Read([]byte) (int, error) { return 0, errors.New("comfy_assets: HEAD reads no bytes") }
+
+func (s sizeOnly) Seek(off int64, whence int) (int64, error) {
+	if whence == io.SeekEnd {
+		return int64(s) + off, nil
+	}
+	return off, nil
 }
 
 // Interface guards

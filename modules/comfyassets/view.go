@@ -26,16 +26,16 @@ type assetJSON struct {
 // View renders an asset. createdNew is set only on create responses.
 func View(a storage.Asset, links httpx.Links, createdNew *bool, now time.Time) any {
 	v := assetJSON{
-		ID:           a.ID,
-		SizeBytes:    a.SizeBytes,
-		ContentType:  a.ContentType,
-		Tags:         a.Tags,
-		CreatedNew:   createdNew,
-		CreatedAt:    httpx.Time(a.CreatedAt),
-		URL:          links.AssetContent(a.ID),
-		URLExpiresAt: httpx.Time(now.Add(httpx.ContentURLLifetime)),
-		ExpiresAt:    httpx.TimePtr(a.ExpiresAt),
+		ID:          a.ID,
+		SizeBytes:   a.SizeBytes,
+		ContentType: a.ContentType,
+		Tags:        a.Tags,
+		CreatedNew:  createdNew,
+		CreatedAt:   httpx.Time(a.CreatedAt),
+		ExpiresAt:   httpx.TimePtr(a.ExpiresAt),
 	}
+	url, expires := links.Content(a.ID, a.Hash, a.ContentType, now)
+	v.URL, v.URLExpiresAt = url, httpx.Time(expires)
 	if a.Hash != "" {
 		h := a.Hash
 		v.Hash = &h

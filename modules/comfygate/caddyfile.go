@@ -22,6 +22,7 @@ func init() {
 //		storage postgres <dsn>
 //		redis <url>
 //		blobs file_system <dir>
+//		blobs s3 { … }   (see unmarshalBlobs)
 //		asset_retention <duration>
 //		max_upload_size <size>
 //		jobs {
@@ -88,14 +89,11 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		case "blobs":
-			var backend, dir string
-			if !d.AllArgs(&backend, &dir) {
-				return d.ArgErr()
+			b, err := unmarshalBlobs(d)
+			if err != nil {
+				return err
 			}
-			if backend != "file_system" {
-				return d.Errf("unknown blobs backend %q", backend)
-			}
-			a.Blobs = &BlobsConfig{Backend: backend, Dir: dir}
+			a.Blobs = b
 		case "asset_retention":
 			var v string
 			if !d.AllArgs(&v) {

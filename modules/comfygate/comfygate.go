@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -87,10 +86,12 @@ type StorageConfig struct {
 
 // BlobsConfig selects a blob store.
 type BlobsConfig struct {
-	// Backend is "file_system" (the only one so far).
+	// Backend is "file_system" (default) or "s3".
 	Backend string `json:"backend,omitempty"`
 	// Dir is the file_system store's root directory.
 	Dir string `json:"dir,omitempty"`
+	// S3 configures the s3 store.
+	S3 *S3BlobsConfig `json:"s3,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -150,20 +151,7 @@ func (a *App) applyDefaults() {
 	if a.Storage.Backend == "embedded" && a.Storage.Dir == "" {
 		a.Storage.Dir = DefaultDataDir
 	}
-	if a.Blobs == nil {
-		a.Blobs = &BlobsConfig{}
-	}
-	if a.Blobs.Backend == "" {
-		a.Blobs.Backend = "file_system"
-	}
-	a.Blobs.Dir = repl.ReplaceKnown(a.Blobs.Dir, "")
-	if a.Blobs.Dir == "" {
-		base := a.Storage.Dir
-		if base == "" {
-			base = DefaultDataDir
-		}
-		a.Blobs.Dir = filepath.Join(base, "blobs")
-	}
+	a.applyBlobDefaults(repl)
 	if a.MaxUploadBytes == 0 {
 		a.MaxUploadBytes = DefaultMaxUploadBytes
 	}
@@ -189,8 +177,8 @@ func (a *App) Validate() error {
 	default:
 		return fmt.Errorf("comfygate: unknown storage backend %q (want embedded or postgres)", a.Storage.Backend)
 	}
-	if a.Blobs.Backend != "file_system" {
-		return fmt.Errorf("comfygate: unknown blobs backend %q (want file_system)", a.Blobs.Backend)
+	if err := a.Blobs.validate(); err != nil {
+		return err
 	}
 	if a.MaxUploadBytes < 0 {
 		return fmt.Errorf("comfygate: max_upload_bytes must not be negative")
@@ -306,7 +294,11 @@ func (a *App) RedisURL() string { return a.Redis }
 func (a *App) Claims() storage.ClaimStore { return a.res.claims }
 
 // BlobStore returns the blob store. Valid after Ready.
-func (a *App) BlobStore() *blob.FileSystem { return a.res.blobs }
+func (a *App) BlobStore() blob.Store { return a.res.blobs }
+
+// Presigner returns the blob store's URL presigner, or nil when content is
+// served through the gateway. Valid after Ready.
+func (a *App) Presigner() blob.Presigner { return a.res.presigner() }
 
 // Assets returns the assets service.
 func (a *App) Assets() *assets.Service {
@@ -329,7 +321,7 @@ func (a *App) maintain(ctx context.Context) {
 		} else if n > 0 {
 			a.logger.Info("swept expired assets", zap.Int("count", n))
 		}
-		if _, err := a.res.blobs.SweepTemp(time.Hour); err != nil {
+		if _, err := a.res.blobs.Sweep(ctx, time.Hour); err != nil && ctx.Err() == nil {
 			a.logger.Error("sweeping stale upload files", zap.Error(err))
 		}
 		select {

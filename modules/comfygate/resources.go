@@ -43,7 +43,7 @@ type resources struct {
 	opened    atomic.Bool // set under mu once open; read without it
 	store     storage.Store
 	claims    storage.ClaimStore
-	blobs     *blob.FileSystem
+	blobs     blob.Store
 	bus       bus.Bus
 	extraData *jobs.ExtraDataCache
 }
@@ -87,8 +87,7 @@ func (r *resources) doOpen(ctx context.Context) (err error) {
 			r.closeAll()
 		}
 	}()
-	r.blobs = blob.NewFileSystem(r.cfg.Blobs.Dir)
-	if err := r.blobs.Init(); err != nil {
+	if r.blobs, err = openBlobs(r.cfg.Blobs); err != nil {
 		return fmt.Errorf("opening blob store: %w", err)
 	}
 	switch r.cfg.Storage.Backend {

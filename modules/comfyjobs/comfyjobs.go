@@ -233,12 +233,18 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, svc *jobs.Service,
 	return h.writeJob(w, r, svc, http.StatusOK, j, log)
 }
 
+// links builds the response's URLs; output URLs are presigned when the
+// blob store presigns.
+func (h *Handler) links(r *http.Request) httpx.Links {
+	return httpx.LinksFor(r).WithSigner(h.app.Presigner())
+}
+
 func (h *Handler) writeJob(w http.ResponseWriter, r *http.Request, svc *jobs.Service, status int, j storage.Job, log *storage.JobLog) error {
 	pos, err := svc.QueuePosition(r.Context(), j)
 	if err != nil {
 		return err
 	}
-	v := jobView(j, pos, httpx.LinksFor(r), time.Now())
+	v := jobView(j, pos, h.links(r), time.Now())
 	v.Logs = logView(log)
 	return httpx.WriteJSON(w, status, v)
 }
@@ -252,7 +258,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, svc *jobs.Service
 	if err != nil {
 		return err
 	}
-	links, now := httpx.LinksFor(r), time.Now()
+	links, now := h.links(r), time.Now()
 	body := map[string]any{}
 	if next != "" {
 		body["next_cursor"] = next

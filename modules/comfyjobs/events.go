@@ -142,7 +142,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 		release()
 		return nil
 	}
-	s := &stream{links: httpx.LinksFor(r), lastPos: -1}
+	s := &stream{links: h.links(r), lastPos: -1}
 	if parked, ok := park(w, r, release); ok {
 		s.sink = parked
 		h.hub.attach(svc, p.AccountID, id, s)

@@ -95,16 +95,16 @@ func jobView(j storage.Job, queuePos *int, links httpx.Links, now time.Time) job
 
 func outputView(o storage.Output, jobID string, links httpx.Links, now time.Time) outputJSON {
 	v := outputJSON{
-		NodeID:       o.NodeID,
-		Name:         o.Name,
-		Type:         o.Type,
-		ContentType:  o.Asset.ContentType,
-		SizeBytes:    o.Asset.SizeBytes,
-		ID:           o.Asset.ID,
-		URL:          links.AssetContent(o.Asset.ID),
-		URLExpiresAt: httpx.Time(now.Add(httpx.ContentURLLifetime)),
-		JobID:        jobID,
+		NodeID:      o.NodeID,
+		Name:        o.Name,
+		Type:        o.Type,
+		ContentType: o.Asset.ContentType,
+		SizeBytes:   o.Asset.SizeBytes,
+		ID:          o.Asset.ID,
+		JobID:       jobID,
 	}
+	url, expires := links.Content(o.Asset.ID, o.Asset.Hash, o.Asset.ContentType, now)
+	v.URL, v.URLExpiresAt = url, httpx.Time(expires)
 	if o.Asset.Hash != "" {
 		h := o.Asset.Hash
 		v.Hash = &h

@@ -39,7 +39,21 @@ func Origin(r *http.Request) string {
 
 // Links builds absolute URLs for resources under the request's mount.
 type Links struct {
-	base string
+	base   string
+	signer ContentSigner
+}
+
+// ContentSigner presigns URLs at which the blob store itself serves a
+// blob (blob.Presigner).
+type ContentSigner interface {
+	PresignGet(hash, contentType string) (url string, expires time.Time, err error)
+}
+
+// WithSigner returns links whose content URLs are presigned by s; a nil s
+// keeps them proxy-served.
+func (l Links) WithSigner(s ContentSigner) Links {
+	l.signer = s
+	return l
 }
 
 // LinksFor returns the link builder for r: links keep the prefix the API
@@ -70,6 +84,20 @@ const ContentURLLifetime = time.Hour
 
 // AssetContent returns the URL of an asset's bytes.
 func (l Links) AssetContent(assetID string) string { return l.URL("/assets/" + assetID + "/content") }
+
+// Content returns the url and url_expires_at of an asset's bytes: a
+// presigned URL of the blob store and its expiry when the links carry a
+// signer, else the gateway's content route, announced for
+// ContentURLLifetime. Should presigning fail, the content route is given:
+// it answers with a fresh presigned URL, or the error, itself.
+func (l Links) Content(assetID, hash, contentType string, now time.Time) (string, time.Time) {
+	if l.signer != nil && hash != "" {
+		if u, expires, err := l.signer.PresignGet(hash, contentType); err == nil {
+			return u, expires
+		}
+	}
+	return l.AssetContent(assetID), now.Add(ContentURLLifetime)
+}
 
 // WriteJSON writes v with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) error {

@@ -187,3 +187,30 @@ func TestMethodNotAllowed(t *testing.T) {
 		t.Fatalf("MethodNotAllowed = %+v", e)
 	}
 }
+
+func TestRangeStart(t *testing.T) {
+	tests := []struct {
+		header string
+		size   int64
+		want   int64
+	}{
+		{"", 100, 0},
+		{"bytes=10-19", 100, 10},
+		{"bytes=10-", 100, 10},
+		{"bytes=-30", 100, 70},
+		{"bytes=-300", 100, 0},
+		{"bytes=99-", 100, 99},
+		{"bytes=100-", 100, 0}, // unsatisfiable: ServeContent answers 416 without reading
+		{"bytes=5-9, 20-29", 100, 5},
+		{"bytes= 7-8", 100, 7},
+		{"items=1-2", 100, 0},
+		{"bytes=x-2", 100, 0},
+		{"bytes=-0", 100, 0},
+		{"bytes=3", 100, 0},
+	}
+	for _, tt := range tests {
+		if got := RangeStart(tt.header, tt.size); got != tt.want {
+			t.Errorf("RangeStart(%q, %d) = %d, want %d", tt.header, tt.size, got, tt.want)
+		}
+	}
+}
