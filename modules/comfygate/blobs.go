@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/dustin/go-humanize"
 
 	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
@@ -43,6 +44,10 @@ type S3BlobsConfig struct {
 	// the store valid this long (at most 7 days), and GET …/content a 302
 	// to a fresh one. Unset: content is served through the gateway.
 	Presign caddy.Duration `json:"presign,omitempty"`
+	// PartSize is the multipart part size in bytes (at least 5 MiB): an
+	// upload holds at most two parts in memory, and S3 allows 10,000
+	// parts, so max_upload_size may be at most 10,000 parts. Default 8 MiB.
+	PartSize int64 `json:"part_size,omitempty"`
 }
 
 // applyBlobDefaults resolves placeholders and the file_system default dir.
@@ -71,8 +76,9 @@ func (a *App) applyBlobDefaults(repl *caddy.Replacer) {
 	}
 }
 
-// validateBlobs checks the blob store's configuration without I/O.
-func (c *BlobsConfig) validate() error {
+// validate checks the blob store's configuration without I/O; uploads
+// may be up to maxUpload bytes.
+func (c *BlobsConfig) validate(maxUpload int64) error {
 	switch c.Backend {
 	case BlobsFileSystem:
 		if c.S3 != nil {
@@ -86,6 +92,10 @@ func (c *BlobsConfig) validate() error {
 		if _, err := s3blob.New(c.S3.storeConfig()); err != nil {
 			return fmt.Errorf("comfygate: blobs s3: %w", err)
 		}
+		if most := s3blob.MaxObjectSize(c.S3.PartSize); maxUpload > most {
+			return fmt.Errorf("comfygate: max_upload_size %d is more than blobs s3 can take in 10,000 parts "+
+				"(%d bytes); raise part_size", maxUpload, most)
+		}
 		return nil
 	}
 	return fmt.Errorf("comfygate: unknown blobs backend %q (want file_system or s3)", c.Backend)
@@ -95,7 +105,7 @@ func (c *S3BlobsConfig) storeConfig() s3blob.Config {
 	return s3blob.Config{
 		Endpoint: c.Endpoint, Bucket: c.Bucket, Region: c.Region, Prefix: c.Prefix,
 		AccessKey: c.AccessKey, SecretKey: c.SecretKey, PathStyle: c.PathStyle,
-		PresignTTL: time.Duration(c.Presign),
+		PresignTTL: time.Duration(c.Presign), PartSize: c.PartSize,
 	}
 }
 
@@ -134,6 +144,7 @@ func (r *resources) presigner() blob.Presigner {
 //		secret_key <secret>
 //		path_style
 //		presign [<ttl>]
+//		part_size <size>
 //	}
 func unmarshalBlobs(d *caddyfile.Dispenser) (*BlobsConfig, error) {
 	var backend string
@@ -174,6 +185,18 @@ func unmarshalBlobs(d *caddyfile.Dispenser) (*BlobsConfig, error) {
 			if d.NextArg() {
 				return nil, d.ArgErr()
 			}
+			continue
+		}
+		if name == "part_size" {
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil {
+				return nil, d.Errf("part_size: %v", err)
+			}
+			s.PartSize = int64(n)
 			continue
 		}
 		into := map[string]*string{"endpoint": &s.Endpoint, "bucket": &s.Bucket, "region": &s.Region,

@@ -177,7 +177,7 @@ func (a *App) Validate() error {
 	default:
 		return fmt.Errorf("comfygate: unknown storage backend %q (want embedded or postgres)", a.Storage.Backend)
 	}
-	if err := a.Blobs.validate(); err != nil {
+	if err := a.Blobs.validate(a.MaxUploadBytes); err != nil {
 		return err
 	}
 	if a.MaxUploadBytes < 0 {

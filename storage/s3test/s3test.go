@@ -133,3 +133,39 @@ func bucketName(t testing.TB) string {
 	}
 	return strings.Trim(fmt.Sprintf("t-%s-%s", name, hex.EncodeToString(b[:])), "-")
 }
+
+// Keys lists the bucket's object keys under prefix and its incomplete
+// multipart uploads there (as "<key>?uploadId=<id>").
+func (c Config) Keys(t testing.TB, prefix string) []string {
+	t.Helper()
+	client := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), reachTimeout)
+	defer cancel()
+	var keys []string
+	for obj := range client.ListObjects(ctx, c.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatalf("s3test: list %s/%s: %v", c.Bucket, prefix, obj.Err)
+		}
+		keys = append(keys, obj.Key)
+	}
+	core := minio.Core{Client: client}
+	res, err := core.ListMultipartUploads(ctx, c.Bucket, prefix, "", "", "", 1000)
+	if err != nil {
+		t.Fatalf("s3test: list uploads of %s/%s: %v", c.Bucket, prefix, err)
+	}
+	for _, up := range res.Uploads {
+		keys = append(keys, up.Key+"?uploadId="+up.UploadID)
+	}
+	return keys
+}
+
+// Caddyfile is the comfygate option `blobs s3 { … }` for the bucket, with
+// extra lines (presign, part_size, prefix) added to its block, indented for
+// the test gateways' global options.
+func (c Config) Caddyfile(extra ...string) string {
+	lines := []string{
+		"endpoint " + c.Endpoint, "bucket " + c.Bucket, "region " + c.Region,
+		"access_key " + c.AccessKey, "secret_key " + c.SecretKey, "path_style",
+	}
+	return "blobs s3 {\n\t\t\t" + strings.Join(append(lines, extra...), "\n\t\t\t") + "\n\t\t}"
+}

@@ -208,6 +208,11 @@ func TestUploadBadInputs(t *testing.T) {
 				assertNothingLeft(t, g, nil)
 			})
 			t.Run("client disconnect mid-upload", func(t *testing.T) {
+				if b.remoteBlobs {
+					// Nothing of a body under one part reaches the bucket
+					// before it is complete; TestS3Faults cuts a multi-part one.
+					return
+				}
 				body, ct := multipartBody(t, uploadParts(randomBytes(1<<20), "cut.png")...)
 				conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
 				if err != nil {

@@ -11,11 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/zeebo/blake3"
 
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/storage/s3test"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
@@ -24,10 +26,14 @@ type backend struct {
 	name string
 	// global is the comfygate global option body for a gateway working in dir.
 	global func(t *testing.T, dir string) string
+	// remoteBlobs is set for a blob store that stages small uploads in
+	// memory, not where a test can watch them arrive (s3 below one part).
+	remoteBlobs bool
 }
 
-// backends returns embedded and postgres+redis. Both postgres gateways of a
-// test share one schema when the test starts two of them.
+// backends returns embedded, postgres+redis, and postgres+redis with blobs
+// in a bucket of the test S3 server. Both postgres gateways of a test share
+// one schema when the test starts two of them.
 func backends() []backend {
 	return []backend{
 		{name: "embedded", global: func(t *testing.T, dir string) string {
@@ -37,8 +43,19 @@ func backends() []backend {
 			return fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\tblobs file_system ./data/blobs\n\t\tmax_upload_size 4MiB",
 				pgtest.DSN(t), pgtest.RedisURL(t))
 		}},
+		{name: "s3", remoteBlobs: true, global: func(t *testing.T, dir string) string {
+			bucket := s3test.Bucket(t)
+			s3Buckets.Store(dir, bucket)
+			t.Cleanup(func() { s3Buckets.Delete(dir) })
+			return fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\t%s\n\t\tmax_upload_size 4MiB",
+				pgtest.DSN(t), pgtest.RedisURL(t), bucket.Caddyfile())
+		}},
 	}
 }
+
+// s3Buckets maps the directory of a gateway of the s3 backend to its
+// bucket, for blobFiles.
+var s3Buckets sync.Map // string → s3test.Config
 
 // siteConfig is a v2 gateway with the given auth directive.
 func siteConfig(global, auth string) string {
@@ -142,9 +159,14 @@ func upload(t *testing.T, g *gateway.Gateway, header map[string]string, parts ..
 	return do(t, http.MethodPost, g.URL+"/api/v2/assets", body, h)
 }
 
-// blobFiles lists the files under the gateway's blob objects and tmp dirs.
+// blobFiles lists the files under the gateway's blob objects and tmp dirs,
+// or for an s3 gateway the keys (and incomplete uploads) under objects/ and
+// tmp/ of its bucket.
 func blobFiles(t *testing.T, g *gateway.Gateway, sub string) []string {
 	t.Helper()
+	if bucket, ok := s3Buckets.Load(g.Dir); ok {
+		return bucket.(s3test.Config).Keys(t, sub+"/")
+	}
 	var files []string
 	root := filepath.Join(g.Dir, "data", "blobs", sub)
 	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {

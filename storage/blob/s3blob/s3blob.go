@@ -75,6 +75,15 @@ type Config struct {
 	PartSize int64
 }
 
+// MaxObjectSize is the largest upload a store with this part size (0: the
+// default) takes: S3 allows 10,000 parts.
+func MaxObjectSize(partSize int64) int64 {
+	if partSize == 0 {
+		partSize = DefaultPartSize
+	}
+	return partSize * maxParts
+}
+
 // Store is a blob.Store on an S3 bucket. It is safe for concurrent use.
 type Store struct {
 	core       minio.Core
