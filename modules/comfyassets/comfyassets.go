@@ -107,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if err != nil {
 				return err
 			}
-			return httpx.WriteJSON(w, http.StatusOK, View(a, httpx.LinksFor(r), nil, time.Now()))
+			return httpx.WriteJSON(w, http.StatusOK, View(a, h.links(r), nil, time.Now()))
 		case http.MethodDelete:
 			if err := svc.Delete(r.Context(), p.AccountID, parts[1]); err != nil {
 				return err
@@ -126,6 +126,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return apierr.NotFound("no such route")
 }
 
+// links builds the response's URLs; content URLs are presigned when the
+// blob store presigns.
+func (h *Handler) links(r *http.Request) httpx.Links {
+	return httpx.LinksFor(r).WithSigner(h.app.Presigner())
+}
+
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal) error {
 	limit := svc.MaxUploadBytes + multipartSlack
 	if r.ContentLength > limit {
@@ -140,7 +146,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Ser
 	if !res.CreatedNew {
 		status = http.StatusOK
 	}
-	return httpx.WriteJSON(w, status, View(res.Asset, httpx.LinksFor(r), &res.CreatedNew, time.Now()))
+	return httpx.WriteJSON(w, status, View(res.Asset, h.links(r), &res.CreatedNew, time.Now()))
 }
 
 // clientReadError turns a body that stopped early (a disconnect, a cut
@@ -174,7 +180,7 @@ func (h *Handler) fromHash(w http.ResponseWriter, r *http.Request, svc *assets.S
 		status = http.StatusCreated
 		createdNew = &res.CreatedNew
 	}
-	return httpx.WriteJSON(w, status, View(res.Asset, httpx.LinksFor(r), createdNew, time.Now()))
+	return httpx.WriteJSON(w, status, View(res.Asset, h.links(r), createdNew, time.Now()))
 }
 
 func (h *Handler) byHash(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal, hash string) error {
