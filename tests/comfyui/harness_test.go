@@ -41,7 +41,11 @@ type workerBlock struct {
 	URL, InputDir string
 }
 
-func configWith(blocks []workerBlock) string {
+func configWith(blocks []workerBlock) string { return configWithBlobs(blocks, "") }
+
+// configWithBlobs is configWith with a blobs option (empty: the default
+// file_system store under ./data).
+func configWithBlobs(blocks []workerBlock, blobs string) string {
 	var workers strings.Builder
 	for _, w := range blocks {
 		fmt.Fprintf(&workers, "\t\t\tworker %s {\n\t\t\t\tconcurrency 1\n", w.URL)
@@ -51,6 +55,7 @@ func configWith(blocks []workerBlock) string {
 		workers.WriteString("\t\t\t}\n")
 	}
 	return gateway.V2Config(`storage embedded ./data
+		`+blobs+`
 		jobs {
 			lease 5s
 			max_attempts 2
