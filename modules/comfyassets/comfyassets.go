@@ -266,7 +266,9 @@ func (f *readFailure) Seek(off int64, whence int) (int64, error) { return f.r.Se
 // sizeOnly is a ReadSeeker with a size and no bytes, for HEAD.
 type sizeOnly int64
 
-func (s sizeOnly) Read([]byte) (int, error) { return 0, errors.New("comfy_assets: HEAD reads no bytes") }
+func (s sizeOnly) Read([]byte) (int, error) {
+	return 0, errors.New("comfy_assets: HEAD reads no bytes")
+}
 
 func (s sizeOnly) Seek(off int64, whence int) (int64, error) {
 	if whence == io.SeekEnd {

@@ -162,7 +162,9 @@ func checkPartName(name string, seen map[string]bool) error {
 
 // receiveFile streams the file part into a new blob upload.
 func receiveFile(ctx context.Context, req *Request, part *multipart.Part, br *bodyReader, blobs blob.Store, limit int64) error {
-	up, err := blobs.NewUpload(ctx)
+	// An expected_hash sent before the file lets the store stream the
+	// bytes toward their address at once (the SDKs send it there).
+	up, err := blobs.NewUpload(ctx, req.ExpectedHash)
 	if err != nil {
 		return apierr.Upstream(err)
 	}

@@ -348,7 +348,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 		return storage.Output{}, fmt.Errorf("opening output %s: %w", f.Name, err)
 	}
 	defer rc.Close()
-	up, err := d.Blobs.NewUpload(ctx)
+	up, err := d.Blobs.NewUpload(ctx, "")
 	if err != nil {
 		return storage.Output{}, err
 	}

@@ -78,7 +78,7 @@ func (e *env) submitWatchedInvert(t *testing.T) (storage.Job, *bus.Subscription)
 // addAsset stores data as an asset of account at filePath.
 func (e *env) addAsset(t *testing.T, account, filePath string, data []byte) storage.Asset {
 	t.Helper()
-	up, err := e.blobs.NewUpload(context.Background())
+	up, err := e.blobs.NewUpload(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,13 +60,16 @@ func (f *FileSystem) Init() error {
 }
 
 // NewUpload starts an upload into a fresh temp file. Local file operations
-// are not cancelable, so ctx is not used.
-func (f *FileSystem) NewUpload(context.Context) (Upload, error) {
+// are not cancelable, so ctx is not used; publishing is a link whatever the
+// hash, so expected only serves Publish's check.
+func (f *FileSystem) NewUpload(_ context.Context, expected string) (Upload, error) {
 	file, err := os.CreateTemp(f.tmp, tempPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("blob: create temp file: %w", err)
 	}
-	return newFileUpload(f, file), nil
+	u := newFileUpload(f, file)
+	u.expected = expected
+	return u, nil
 }
 
 // objectPath validates hash and returns where its object lives.

@@ -82,7 +82,7 @@ var bg = context.Background()
 // openUpload starts an upload on the file system store as its own type, so
 // that tests can look at its temp file.
 func openUpload(s *FileSystem) (*fileUpload, error) {
-	u, err := s.NewUpload(bg)
+	u, err := s.NewUpload(bg, "")
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,12 @@ type Store interface {
 	// NewUpload starts an upload. ctx bounds the upload's own requests to
 	// the store until Publish returns; cleanup (Abort) runs without it, so
 	// that a client that goes away still has its temporary bytes removed.
-	NewUpload(ctx context.Context) (Upload, error)
+	// expected, when not empty, is the hash the client declared for the
+	// bytes (canonical form): a store may stream them toward that address
+	// at once instead of to a temporary place it must copy from later, and
+	// Publish refuses bytes whose hash differs (ErrHashMismatch), so that
+	// nothing ever becomes visible at an address its bytes do not hash to.
+	NewUpload(ctx context.Context, expected string) (Upload, error)
 	// Open returns the object's bytes and size. from is where the first
 	// Read is expected to start: a remote store fetches from there at once,
 	// so that a store that is down is known before any response is
@@ -63,6 +68,8 @@ type Upload interface {
 	Finish() (hash string, size int64, err error)
 	// Publish makes the finished bytes visible at their content address;
 	// an object already there is success (identical bytes by construction).
+	// It fails with ErrHashMismatch when the upload was started with an
+	// expected hash that the bytes do not have.
 	Publish() error
 	// Abort discards the upload's temporary state. It is idempotent and
 	// leaves a published object alone.
@@ -86,6 +93,10 @@ type Presigner interface {
 	// local computation: no request goes to the store.
 	PresignGet(hash, contentType string) (url string, expires time.Time, err error)
 }
+
+// ErrHashMismatch is Publish's refusal of bytes that do not hash to the
+// expected hash the upload was started with.
+var ErrHashMismatch = errors.New("blob: the bytes do not match the expected hash")
 
 // ErrUploadState is returned when an Upload method is called out of order
 // (writing after Finish, Publish before Finish, anything after Abort).

@@ -42,19 +42,20 @@ const (
 // fileUpload is a FileSystem's Upload: a temp file that is hashed while it
 // is written.
 type fileUpload struct {
-	store   *FileSystem
-	file    *os.File // nil once closed
-	tmpPath string
-	bufp    *[]byte // pooled buffer; nil once returned
-	buf     []byte
-	n       int // bytes buffered in buf
-	hasher  *blake3.Hasher
-	size    int64 // bytes accepted so far
-	written int64 // bytes written to the file
-	kicked  int64 // file offset up to which writeback was requested
-	state   uploadState
-	hash    string
-	err     error // first write-side failure; sticky
+	store    *FileSystem
+	file     *os.File // nil once closed
+	tmpPath  string
+	bufp     *[]byte // pooled buffer; nil once returned
+	buf      []byte
+	n        int // bytes buffered in buf
+	hasher   *blake3.Hasher
+	size     int64 // bytes accepted so far
+	written  int64 // bytes written to the file
+	kicked   int64 // file offset up to which writeback was requested
+	state    uploadState
+	hash     string
+	expected string // the declared hash, or ""
+	err      error  // first write-side failure; sticky
 }
 
 func newFileUpload(store *FileSystem, file *os.File) *fileUpload {
@@ -179,6 +180,9 @@ func (u *fileUpload) Publish() error {
 		return fmt.Errorf("%w: Publish before Finish", ErrUploadState)
 	case stateAborted:
 		return fmt.Errorf("%w: Publish after Abort", ErrUploadState)
+	}
+	if u.expected != "" && u.expected != u.hash {
+		return fmt.Errorf("%w: %s, not %s", ErrHashMismatch, u.hash, u.expected)
 	}
 	hexDigest, err := canonicalHex(u.hash)
 	if err != nil {

@@ -43,6 +43,7 @@ var cases = []storeCase{
 	{"RemoveAndMissing", testRemoveAndMissing},
 	{"InvalidHash", testInvalidHash},
 	{"PublishExisting", testPublishExisting},
+	{"ExpectedHash", testExpectedHash},
 	{"AbortLeavesNothing", testAbortLeavesNothing},
 	{"OutOfOrder", testOutOfOrder},
 	{"ReadErrorFromSource", testReadErrorFromSource},
@@ -99,7 +100,7 @@ func (s *smallReader) Read(p []byte) (int, error) {
 // and aborts (the cleanup every caller does), and returns its hash.
 func put(t *testing.T, s blob.Store, data []byte) string {
 	t.Helper()
-	u, err := s.NewUpload(ctx(t))
+	u, err := s.NewUpload(ctx(t), "")
 	if err != nil {
 		t.Fatalf("NewUpload: %v", err)
 	}
@@ -188,7 +189,7 @@ func testRoundTrip(t *testing.T, h Harness) {
 	for i, size := range sizes {
 		for name, write := range writes {
 			data := randomBytes(size, uint64(i)+uint64(len(name))<<8)
-			u, err := s.NewUpload(ctx(t))
+			u, err := s.NewUpload(ctx(t), "")
 			if err != nil {
 				t.Fatalf("NewUpload: %v", err)
 			}
@@ -327,7 +328,7 @@ func testPublishExisting(t *testing.T, h Harness) {
 		data := randomBytes(size, uint64(size))
 		uploads := make([]blob.Upload, 3)
 		for i := range uploads {
-			u, err := s.NewUpload(ctx(t))
+			u, err := s.NewUpload(ctx(t), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,11 +356,67 @@ func testPublishExisting(t *testing.T, h Harness) {
 	}
 }
 
+// testExpectedHash: an upload started with the client's declared hash
+// publishes bytes that match it (also over bytes already stored), and
+// refuses bytes that do not, leaving nothing at either address.
+func testExpectedHash(t *testing.T, h Harness) {
+	s := h.Store
+	for _, size := range []int{10, 2*h.Large + 1} {
+		data := randomBytes(size, uint64(size)+100)
+		other := hashOf(append([]byte("other"), data...))
+		for _, c := range []struct {
+			name     string
+			expected string
+			stored   bool // the bytes are in the store already
+		}{{"matching", hashOf(data), false}, {"matching, already stored", hashOf(data), true}, {"not matching", other, false}} {
+			if c.stored {
+				put(t, s, data)
+			}
+			u, err := s.NewUpload(ctx(t), c.expected)
+			if err != nil {
+				t.Fatalf("%d bytes, %s: NewUpload: %v", size, c.name, err)
+			}
+			if _, err := u.ReadFrom(&smallReader{r: bytes.NewReader(data), max: 32 << 10}); err != nil {
+				t.Fatalf("%d bytes, %s: ReadFrom: %v", size, c.name, err)
+			}
+			hash, n, err := u.Finish()
+			if err != nil || hash != hashOf(data) || n != int64(size) {
+				t.Fatalf("%d bytes, %s: Finish = %s, %d, %v", size, c.name, hash, n, err)
+			}
+			if !c.stored {
+				assertMissing(t, s, hash)
+			}
+			perr := u.Publish()
+			if err := u.Abort(); err != nil {
+				t.Fatalf("%d bytes, %s: Abort: %v", size, c.name, err)
+			}
+			assertNoLeftovers(t, s)
+			if c.expected != hash {
+				if !errors.Is(perr, blob.ErrHashMismatch) {
+					t.Fatalf("%d bytes, %s: Publish = %v, want ErrHashMismatch", size, c.name, perr)
+				}
+				assertMissing(t, s, hash)
+				assertMissing(t, s, c.expected)
+				continue
+			}
+			if perr != nil {
+				t.Fatalf("%d bytes, %s: Publish: %v", size, c.name, perr)
+			}
+			if got := readAll(t, s, hash); !bytes.Equal(got, data) {
+				t.Fatalf("%d bytes, %s: read back other bytes", size, c.name)
+			}
+			if err := s.Remove(ctx(t), hash); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func testAbortLeavesNothing(t *testing.T, h Harness) {
 	s := h.Store
 	data := randomBytes(2*h.Large+5, 11)
 	for _, stage := range []string{"nothing written", "writing small", "writing streamed", "finished small", "finished streamed"} {
-		u, err := s.NewUpload(ctx(t))
+		u, err := s.NewUpload(ctx(t), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +471,7 @@ func testOutOfOrder(t *testing.T, h Harness) {
 			return u.Publish()
 		},
 	} {
-		u, err := s.NewUpload(ctx(t))
+		u, err := s.NewUpload(ctx(t), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +495,7 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 func testReadErrorFromSource(t *testing.T, h Harness) {
 	s := h.Store
 	cause := errors.New("client went away")
-	u, err := s.NewUpload(ctx(t))
+	u, err := s.NewUpload(ctx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +515,7 @@ func testReadErrorFromSource(t *testing.T, h Harness) {
 func testCanceledUpload(t *testing.T, h Harness) {
 	s := h.Store
 	c, cancel := context.WithCancel(ctx(t))
-	u, err := s.NewUpload(c)
+	u, err := s.NewUpload(c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,15 +550,20 @@ func testLeftoversAndSweep(t *testing.T, h Harness) {
 	s := h.Store
 	assertNoLeftovers(t, s)
 	crashed := map[string]blob.Upload{}
-	for _, stage := range []string{"streaming", "finished"} {
-		u, err := s.NewUpload(ctx(t))
+	for _, stage := range []string{"streaming", "finished", "finished, expected hash"} {
+		data := randomBytes(2*h.Large+1, uint64(len(stage)))
+		expected := ""
+		if strings.HasSuffix(stage, "expected hash") {
+			expected = hashOf(data)
+		}
+		u, err := s.NewUpload(ctx(t), expected)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := u.Write(randomBytes(2*h.Large+1, uint64(len(stage)))); err != nil {
+		if _, err := u.Write(data); err != nil {
 			t.Fatal(err)
 		}
-		if stage == "finished" {
+		if strings.HasPrefix(stage, "finished") {
 			if _, _, err := u.Finish(); err != nil {
 				t.Fatal(err)
 			}
@@ -535,8 +597,10 @@ func testLeftoversAndSweep(t *testing.T, h Harness) {
 			t.Fatal("an upload whose temporary state was swept published")
 		}
 	}
-	if err := crashed["finished"].Publish(); err == nil {
-		t.Fatal("a finished upload whose temporary state was swept published")
+	for _, stage := range []string{"finished", "finished, expected hash"} {
+		if err := crashed[stage].Publish(); err == nil {
+			t.Fatalf("%s: an upload whose temporary state was swept published", stage)
+		}
 	}
 	for _, u := range crashed {
 		_ = u.Abort()
@@ -579,7 +643,7 @@ func testStoreDown(t *testing.T, h Harness) {
 	}
 	other := randomBytes(2*h.Large+1, 23)
 	failed := false
-	if u, err := s.NewUpload(ctx(t)); err != nil {
+	if u, err := s.NewUpload(ctx(t), ""); err != nil {
 		failed = true
 	} else {
 		_, werr := u.Write(other)

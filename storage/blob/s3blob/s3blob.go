@@ -6,8 +6,12 @@
 // multipart upload under <prefix>tmp/, hashed with blake3 as it goes, with
 // at most two part buffers per upload (one filling, one in flight); once the
 // hash is known, Publish makes the temp object the content-addressed one by
-// a server-side copy, unless the object is already there. A body smaller
-// than one part never touches tmp: Publish puts it at its address directly.
+// a server-side copy, unless the object is already there. When the client
+// declared the hash up front (expected_hash, which the SDKs send), the parts
+// go to a multipart upload at that address instead, and Publish completes it
+// only if the bytes match: an incomplete multipart upload is as invisible as
+// a temp object, and no copy is needed. A body smaller than one part is put
+// at its address directly by Publish.
 // Failed uploads are aborted; what an abort cannot reach (a crash, a store
 // that is down) is found by Leftovers and removed by Sweep.
 package s3blob
@@ -166,9 +170,20 @@ func (s *Store) newTempKey() string {
 }
 
 // NewUpload starts an upload. It does no I/O: the multipart upload begins
-// when the first part is full.
-func (s *Store) NewUpload(ctx context.Context) (blob.Upload, error) {
-	return newUpload(ctx, s), nil
+// when the first part is full. With an expected hash the parts go to a
+// multipart upload at that hash's own key, which Publish completes (no copy)
+// once the bytes are known to match; otherwise to one under tmp/, which
+// Publish copies from.
+func (s *Store) NewUpload(ctx context.Context, expected string) (blob.Upload, error) {
+	u := newUpload(ctx, s)
+	if expected != "" {
+		key, err := s.objectKey(expected)
+		if err != nil {
+			return nil, err
+		}
+		u.key, u.expected, u.direct = key, expected, true
+	}
+	return u, nil
 }
 
 // Stat returns the object's size.

@@ -17,7 +17,8 @@ import (
 const uploadIDMark = "?uploadId="
 
 // Leftovers lists the temp objects under <prefix>tmp/ and the incomplete
-// multipart uploads there. An incomplete upload's Modified is when its last
+// multipart uploads there and under <prefix>objects/ (uploads streamed to
+// their expected address). An incomplete upload's Modified is when its last
 // part arrived (or when it began, before any part), so an upload that is
 // still streaming never looks stale.
 func (s *Store) Leftovers(ctx context.Context) ([]blob.Leftover, error) {
@@ -28,19 +29,22 @@ func (s *Store) Leftovers(ctx context.Context) ([]blob.Leftover, error) {
 		}
 		out = append(out, blob.Leftover{Name: obj.Key, Modified: obj.LastModified})
 	}
-	uploads, err := s.incompleteUploads(ctx)
-	if err != nil {
-		return nil, err
+	for _, prefix := range []string{s.tempPrefix(), s.prefix + "objects/"} {
+		uploads, err := s.incompleteUploads(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, uploads...)
 	}
-	return append(out, uploads...), nil
+	return out, nil
 }
 
-// incompleteUploads lists the multipart uploads under the temp prefix.
-func (s *Store) incompleteUploads(ctx context.Context) ([]blob.Leftover, error) {
+// incompleteUploads lists the multipart uploads under prefix.
+func (s *Store) incompleteUploads(ctx context.Context, prefix string) ([]blob.Leftover, error) {
 	var out []blob.Leftover
 	keyMarker, idMarker := "", ""
 	for {
-		res, err := s.core.ListMultipartUploads(ctx, s.bucket, s.tempPrefix(), keyMarker, idMarker, "", 1000)
+		res, err := s.core.ListMultipartUploads(ctx, s.bucket, prefix, keyMarker, idMarker, "", 1000)
 		if err != nil {
 			return nil, fmt.Errorf("s3blob: list multipart uploads: %w", err)
 		}

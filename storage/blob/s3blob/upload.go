@@ -32,9 +32,11 @@ const (
 // upload streams bytes into a multipart upload at a temp key. It holds at
 // most two part buffers: the one being filled and the one being sent.
 type upload struct {
-	s      *Store
-	ctx    context.Context
-	key    string // temp key
+	s        *Store
+	ctx      context.Context
+	key      string // the multipart upload's key: temp, or the expected address
+	direct   bool   // key is the expected hash's own key
+	expected string
 	hasher *blake3.Hasher
 	state  uploadState
 	err    error // first failure; sticky
@@ -49,7 +51,7 @@ type upload struct {
 	uploadID string
 	parts    []minio.CompletePart
 	inflight chan partResult // the part being sent; nil when none
-	complete bool            // the temp object exists (multipart completed)
+	complete bool            // the multipart upload was completed
 
 	hash string
 }
@@ -210,8 +212,9 @@ func (u *upload) wait() error {
 }
 
 // Finish hashes the tail and, when the body outgrew one part, sends the
-// last part and completes the multipart upload into the temp object. A body
-// that fits one part stays in memory until Publish.
+// last part and (under tmp/) completes the multipart upload into the temp
+// object. A body that fits one part stays in memory until Publish, as does
+// the completion of an upload at its expected address.
 func (u *upload) Finish() (string, int64, error) {
 	switch u.state {
 	case stateFinished, statePublished:
@@ -233,11 +236,11 @@ func (u *upload) Finish() (string, int64, error) {
 		if err := u.wait(); err != nil {
 			return "", 0, err
 		}
-		_, err := u.s.core.CompleteMultipartUpload(u.ctx, u.s.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{})
-		if err != nil {
-			return "", 0, u.fail(fmt.Errorf("s3blob: complete multipart upload: %w", err))
+		if !u.direct {
+			if err := u.completeMultipart(); err != nil {
+				return "", 0, err
+			}
 		}
-		u.complete = true
 		u.releaseBuffers()
 	}
 	var sum [32]byte
@@ -259,6 +262,9 @@ func (u *upload) Publish() error {
 	case stateAborted:
 		return fmt.Errorf("%w: Publish after Abort", blob.ErrUploadState)
 	}
+	if u.expected != "" && u.hash != u.expected {
+		return fmt.Errorf("%w: %s, not %s", blob.ErrHashMismatch, u.hash, u.expected)
+	}
 	key, err := u.s.objectKey(u.hash)
 	if err != nil {
 		return err
@@ -270,9 +276,12 @@ func (u *upload) Publish() error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	if u.complete {
+	switch {
+	case u.direct && u.uploadID != "":
+		err = u.completeMultipart()
+	case u.complete:
 		err = u.s.copyObject(u.ctx, u.key, key, u.size)
-	} else {
+	default:
 		_, err = u.s.core.PutObject(u.ctx, u.s.bucket, key, bytes.NewReader(u.buf[:u.n]), int64(u.n), "", "",
 			minio.PutObjectOptions{DisableContentSha256: true})
 	}
@@ -280,6 +289,16 @@ func (u *upload) Publish() error {
 		return fmt.Errorf("s3blob: publish %s: %w", u.hash, err)
 	}
 	u.state = statePublished
+	return nil
+}
+
+// completeMultipart completes the multipart upload at u.key.
+func (u *upload) completeMultipart() error {
+	_, err := u.s.core.CompleteMultipartUpload(u.ctx, u.s.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{})
+	if err != nil {
+		return u.fail(fmt.Errorf("s3blob: complete multipart upload: %w", err))
+	}
+	u.complete = true
 	return nil
 }
 
@@ -307,6 +326,8 @@ func (u *upload) Abort() error {
 	defer cancel()
 	var err error
 	switch {
+	case u.complete && u.direct:
+		// Completed at its address: that is the published object.
 	case u.complete:
 		err = u.s.core.RemoveObject(ctx, u.s.bucket, u.key, minio.RemoveObjectOptions{})
 	case u.uploadID != "":
