@@ -149,6 +149,11 @@ func requireBench(t *testing.T) {
 // an address the test logs.
 // env is added to the gateway's environment.
 func startGateway(t *testing.T, global string, env ...string) (*gateway.Gateway, int) {
+	return startGatewayBin(t, "", global, env...)
+}
+
+// startGatewayBin is startGateway with the binary bin ("": the usual one).
+func startGatewayBin(t *testing.T, bin, global string, env ...string) (*gateway.Gateway, int) {
 	t.Helper()
 	admin := ""
 	if os.Getenv("COMFYGATE_BENCH_PROFILE") != "" {
@@ -157,7 +162,7 @@ func startGateway(t *testing.T, global string, env ...string) (*gateway.Gateway,
 	}
 	// COMFYGATE_BENCH_GATEWAY_ENV adds to it, for experiments ("GOGC=400").
 	env = append(env, strings.Fields(os.Getenv("COMFYGATE_BENCH_GATEWAY_ENV"))...)
-	g := gateway.Start(t, gateway.V2Config(global, gateway.V2Site{Admin: admin}), gateway.Options{Env: env})
+	g := gateway.Start(t, gateway.V2Config(global, gateway.V2Site{Admin: admin}), gateway.Options{Env: env, Binary: bin})
 	pid, err := PIDWithArg(filepath.Join(g.Dir, fmt.Sprintf("Caddyfile.%d", g.Port)))
 	if err != nil {
 		t.Fatal(err)

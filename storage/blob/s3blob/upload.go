@@ -29,36 +29,46 @@ const (
 	stateAborted
 )
 
-// upload streams bytes into a multipart upload at a temp key. It holds at
-// most two part buffers: the one being filled and the one being sent.
+// partsInFlight is how many parts of one upload are sent at once. Two keep
+// the store busy while the next part fills, and let a store that hashes
+// each part (for its ETag) use two cores.
+const partsInFlight = 2
+
+// upload streams bytes into a multipart upload. It holds at most
+// partsInFlight+1 part buffers: the one being filled and those being sent.
 type upload struct {
 	s        *Store
 	ctx      context.Context
 	key      string // the multipart upload's key: temp, or the expected address
 	direct   bool   // key is the expected hash's own key
 	expected string
-	hasher *blake3.Hasher
-	state  uploadState
-	err    error // first failure; sticky
+	hasher   *blake3.Hasher
+	state    uploadState
+	err      error // first failure; sticky
 
-	buf     []byte // part being filled (a pooled buffer of partSize)
-	n       int    // bytes in buf
-	hashed  int    // bytes of buf already hashed
-	sending []byte // the part in flight; nil when none
-	spare   []byte // the second buffer while no part is in flight
-	size    int64
+	buf    []byte   // part being filled (a pooled buffer of partSize)
+	n      int      // bytes in buf
+	hashed int      // bytes of buf already hashed
+	free   [][]byte // buffers of parts that have arrived
+	size   int64
 
 	uploadID string
-	parts    []minio.CompletePart
-	inflight chan partResult // the part being sent; nil when none
-	complete bool            // the multipart upload was completed
+	parts    []minio.CompletePart // the parts that arrived, in order
+	flight   []sentPart           // the parts being sent, oldest first
+	complete bool                 // the multipart upload was completed
 
 	hash string
 }
 
+// sentPart is a part on its way to the store.
+type sentPart struct {
+	num    int
+	buf    []byte
+	result chan partResult
+}
+
 type partResult struct {
 	part minio.ObjectPart
-	num  int
 	err  error
 }
 
@@ -164,12 +174,18 @@ func (u *upload) filled() error {
 }
 
 // sendPart starts sending the filled buffer as the next part and carries on
-// filling the other one. The previous part must have arrived first.
+// filling another; with partsInFlight parts on their way, the oldest must
+// arrive first.
 func (u *upload) sendPart() error {
-	if err := u.wait(); err != nil {
-		return err
+	if len(u.flight) == partsInFlight {
+		if err := u.waitOldest(); err != nil {
+			return err
+		}
 	}
-	num := len(u.parts) + 1
+	if u.err != nil {
+		return u.err
+	}
+	num := len(u.parts) + len(u.flight) + 1
 	if num > maxParts {
 		return u.fail(fmt.Errorf("s3blob: upload exceeds %d parts of %d bytes", maxParts, u.s.partSize))
 	}
@@ -180,34 +196,41 @@ func (u *upload) sendPart() error {
 		}
 		u.uploadID = id
 	}
-	data := u.buf[:u.n]
-	if u.spare == nil {
-		u.spare = getBuf(u.s.partSize)
+	sp := sentPart{num: num, buf: u.buf[:u.n], result: make(chan partResult, 1)}
+	if k := len(u.free); k > 0 {
+		u.buf, u.free = u.free[k-1], u.free[:k-1]
+	} else {
+		u.buf = getBuf(u.s.partSize)
 	}
-	u.sending, u.buf, u.spare = data, u.spare, nil
 	u.n, u.hashed = 0, 0
-	u.inflight = make(chan partResult, 1)
-	go func(ch chan<- partResult, id string) {
-		part, err := u.s.core.PutObjectPart(u.ctx, u.s.bucket, u.key, id, num,
-			bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{DisableContentSha256: true})
-		ch <- partResult{part: part, num: num, err: err}
-	}(u.inflight, u.uploadID)
+	u.flight = append(u.flight, sp)
+	go func(id string) {
+		part, err := u.s.core.PutObjectPart(u.ctx, u.s.bucket, u.key, id, sp.num,
+			bytes.NewReader(sp.buf), int64(len(sp.buf)), minio.PutObjectPartOptions{DisableContentSha256: true})
+		sp.result <- partResult{part: part, err: err}
+	}(u.uploadID)
 	return nil
 }
 
-// wait waits for the part in flight, if any, records it, and takes its
-// buffer back as the spare.
-func (u *upload) wait() error {
-	if u.inflight == nil {
-		return u.err
-	}
-	res := <-u.inflight
-	u.inflight = nil
-	u.spare, u.sending = u.sending[:cap(u.sending)], nil
+// waitOldest waits for the oldest part in flight, records it, and takes its
+// buffer back.
+func (u *upload) waitOldest() error {
+	sp := u.flight[0]
+	res := <-sp.result
+	u.flight = u.flight[1:]
+	u.free = append(u.free, sp.buf[:cap(sp.buf)])
 	if res.err != nil {
-		return u.fail(fmt.Errorf("s3blob: upload part %d: %w", res.num, res.err))
+		return u.fail(fmt.Errorf("s3blob: upload part %d: %w", sp.num, res.err))
 	}
-	u.parts = append(u.parts, minio.CompletePart{PartNumber: res.num, ETag: res.part.ETag})
+	u.parts = append(u.parts, minio.CompletePart{PartNumber: sp.num, ETag: res.part.ETag})
+	return nil
+}
+
+// wait waits for every part in flight and returns the first failure.
+func (u *upload) wait() error {
+	for len(u.flight) > 0 {
+		_ = u.waitOldest()
+	}
 	return u.err
 }
 
@@ -342,6 +365,8 @@ func (u *upload) Abort() error {
 
 func (u *upload) releaseBuffers() {
 	putBuf(u.buf)
-	putBuf(u.spare)
-	u.buf, u.spare, u.n, u.hashed = nil, nil, 0, 0
+	for _, b := range u.free {
+		putBuf(b)
+	}
+	u.buf, u.free, u.n, u.hashed = nil, nil, 0, 0
 }
