@@ -176,25 +176,13 @@ func (f *FileSystem) Sweep(ctx context.Context, olderThan time.Duration) (int, e
 	if err != nil {
 		return 0, err
 	}
-	cutoff := time.Now().Add(-olderThan)
-	removed := 0
-	var errs []error
-	for _, l := range leftovers {
-		if !l.Modified.Before(cutoff) {
-			continue
-		}
+	return SweepStale(leftovers, olderThan, func(l Leftover) error {
 		err := os.Remove(filepath.Join(f.tmp, l.Name))
-		switch {
-		case err == nil:
-			removed++
-		case !errors.Is(err, fs.ErrNotExist):
-			errs = append(errs, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return ErrGone // finished meanwhile
 		}
-	}
-	if len(errs) > 0 {
-		return removed, fmt.Errorf("blob: sweep temp: %w", errors.Join(errs...))
-	}
-	return removed, nil
+		return err
+	})
 }
 
 // syncDir fsyncs a directory so that entries created in it survive a crash.

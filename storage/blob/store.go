@@ -3,6 +3,7 @@ package blob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -110,4 +111,32 @@ var ErrUploadState = errors.New("blob: upload used out of order")
 func RemoveFunc(ctx context.Context, s Store) func(hash string) error {
 	ctx = context.WithoutCancel(ctx)
 	return func(hash string) error { return s.Remove(ctx, hash) }
+}
+
+// ErrGone is what a SweepStale remove function returns for a leftover that
+// went away by itself meanwhile (its upload finished or was aborted).
+var ErrGone = errors.New("blob: leftover already gone")
+
+// SweepStale calls remove for each leftover not modified for olderThan and
+// returns how many it removed, with the joined errors of those it could
+// not. It is the loop of every store's Sweep.
+func SweepStale(leftovers []Leftover, olderThan time.Duration, remove func(Leftover) error) (int, error) {
+	cutoff := time.Now().Add(-olderThan)
+	removed := 0
+	var errs []error
+	for _, l := range leftovers {
+		if !l.Modified.Before(cutoff) {
+			continue
+		}
+		switch err := remove(l); {
+		case err == nil:
+			removed++
+		case !errors.Is(err, ErrGone):
+			errs = append(errs, fmt.Errorf("%s: %w", l.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("blob: sweep: %w", errors.Join(errs...))
+	}
+	return removed, nil
 }

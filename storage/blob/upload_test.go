@@ -2,11 +2,9 @@ package blob
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -86,119 +84,6 @@ func TestUploadRoundTrip(t *testing.T) {
 			got, _ := io.ReadAll(f)
 			if n != int64(len(tt.data)) || !bytes.Equal(got, tt.data) {
 				t.Fatalf("Open returned %d bytes (size %d), want %d", len(got), n, len(tt.data))
-			}
-		})
-	}
-}
-
-func TestUploadReadFromReturnsReadError(t *testing.T) {
-	s := newStore(t)
-	u, err := openUpload(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Abort()
-	cause := errors.New("client went away")
-	n, err := u.ReadFrom(io.MultiReader(strings.NewReader("abc"), &errReader{cause}))
-	if n != 3 || !errors.Is(err, cause) {
-		t.Fatalf("ReadFrom = %d, %v; want 3, %v", n, err, cause)
-	}
-	if err := u.Abort(); err != nil {
-		t.Fatal(err)
-	}
-	assertTempEmpty(t, s)
-}
-
-type errReader struct{ err error }
-
-func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
-
-func TestUploadLifecycleErrors(t *testing.T) {
-	s := newStore(t)
-	tests := []struct {
-		name string
-		run  func(u *fileUpload) error
-	}{
-		{name: "Publish before Finish", run: func(u *fileUpload) error { return u.Publish() }},
-		{name: "Write after Finish", run: func(u *fileUpload) error {
-			if _, _, err := u.Finish(); err != nil {
-				return err
-			}
-			_, err := u.Write([]byte("x"))
-			return err
-		}},
-		{name: "ReadFrom after Abort", run: func(u *fileUpload) error {
-			_ = u.Abort()
-			_, err := u.ReadFrom(strings.NewReader("x"))
-			return err
-		}},
-		{name: "Finish after Abort", run: func(u *fileUpload) error {
-			_ = u.Abort()
-			_, _, err := u.Finish()
-			return err
-		}},
-		{name: "Publish after Abort", run: func(u *fileUpload) error {
-			_, _, _ = u.Finish()
-			_ = u.Abort()
-			return u.Publish()
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			u, err := openUpload(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := tt.run(u); !errors.Is(err, ErrUploadState) {
-				t.Fatalf("got %v, want ErrUploadState", err)
-			}
-			if err := u.Abort(); err != nil {
-				t.Fatalf("Abort: %v", err)
-			}
-			assertTempEmpty(t, s)
-		})
-	}
-}
-
-func TestAbort(t *testing.T) {
-	tests := []struct {
-		name        string
-		finish      bool
-		publish     bool
-		wantObjects int
-	}{
-		{name: "while writing", wantObjects: 0},
-		{name: "after Finish", finish: true, wantObjects: 0},
-		{name: "after Publish keeps object", finish: true, publish: true, wantObjects: 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			u, err := openUpload(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := u.Write(randomBytes(BufferSize+1, 2)); err != nil {
-				t.Fatal(err)
-			}
-			if tt.finish {
-				if _, _, err := u.Finish(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tt.publish {
-				if err := u.Publish(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for i := 0; i < 2; i++ { // idempotent
-				if err := u.Abort(); err != nil {
-					t.Fatalf("Abort #%d: %v", i+1, err)
-				}
-			}
-			assertTempEmpty(t, s)
-			if got := len(listFiles(t, filepath.Join(s.Dir(), "objects"))); got != tt.wantObjects {
-				t.Fatalf("%d objects, want %d", got, tt.wantObjects)
 			}
 		})
 	}

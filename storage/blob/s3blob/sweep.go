@@ -93,30 +93,16 @@ func (s *Store) Sweep(ctx context.Context, olderThan time.Duration) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	cutoff := time.Now().Add(-olderThan)
-	removed := 0
-	var errs []error
-	for _, l := range leftovers {
-		if !l.Modified.Before(cutoff) {
-			continue
+	return blob.SweepStale(leftovers, olderThan, func(l blob.Leftover) error {
+		key, id, isUpload := strings.Cut(l.Name, uploadIDMark)
+		if !isUpload {
+			return s.core.RemoveObject(ctx, s.bucket, l.Name, minio.RemoveObjectOptions{})
 		}
-		if key, id, ok := strings.Cut(l.Name, uploadIDMark); ok {
-			err = s.core.AbortMultipartUpload(ctx, s.bucket, key, id)
-			var resp minio.ErrorResponse
-			if errors.As(err, &resp) && resp.Code == "NoSuchUpload" {
-				continue // finished or aborted meanwhile
-			}
-		} else {
-			err = s.core.RemoveObject(ctx, s.bucket, l.Name, minio.RemoveObjectOptions{})
+		err := s.core.AbortMultipartUpload(ctx, s.bucket, key, id)
+		var resp minio.ErrorResponse
+		if errors.As(err, &resp) && resp.Code == "NoSuchUpload" {
+			return blob.ErrGone // finished or aborted meanwhile
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.keyName(l.Name), err))
-			continue
-		}
-		removed++
-	}
-	if len(errs) > 0 {
-		return removed, fmt.Errorf("s3blob: sweep: %w", errors.Join(errs...))
-	}
-	return removed, nil
+		return err
+	})
 }
