@@ -45,7 +45,7 @@ type S3BlobsConfig struct {
 	// to a fresh one. Unset: content is served through the gateway.
 	Presign caddy.Duration `json:"presign,omitempty"`
 	// PartSize is the multipart part size in bytes (at least 5 MiB): an
-	// upload holds at most two parts in memory, and S3 allows 10,000
+	// upload holds at most three parts in memory, and S3 allows 10,000
 	// parts, so max_upload_size may be at most 10,000 parts. Default 8 MiB.
 	PartSize int64 `json:"part_size,omitempty"`
 }

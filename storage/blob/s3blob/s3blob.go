@@ -4,7 +4,7 @@
 //
 // Objects live at <prefix>objects/ab/cd/<hex>. An upload streams into a
 // multipart upload under <prefix>tmp/, hashed with blake3 as it goes, with
-// at most two part buffers per upload (one filling, one in flight); once the
+// at most three part buffers per upload (one filling, two in flight); once the
 // hash is known, Publish makes the temp object the content-addressed one by
 // a server-side copy, unless the object is already there. When the client
 // declared the hash up front (expected_hash, which the SDKs send), the parts
@@ -36,8 +36,8 @@ import (
 
 // Defaults and limits.
 const (
-	// DefaultPartSize is the multipart part size, and so half the most
-	// memory one upload holds (two part buffers).
+	// DefaultPartSize is the multipart part size, and so a third of the
+	// most memory one upload holds (partsInFlight+1 part buffers).
 	DefaultPartSize = 8 << 20
 	// minPartSize is S3's smallest part but the last.
 	minPartSize = 5 << 20
