@@ -186,9 +186,12 @@ func TestBenchUploadThroughput(t *testing.T) {
 	for r := 0; r < rounds; r++ {
 		quiet(t)
 		secs := map[string]float64{}
-		// Rotate the order so no target always goes first.
-		for i := range targets {
-			tg := targets[(i+r)%len(targets)]
+		// A fresh order each round: a write's speed depends on what was
+		// written just before it (even after sync and a pause), so no
+		// target may always follow the same one.
+		order := rand.New(rand.NewPCG(uint64(r), 42)).Perm(len(targets))
+		for _, i := range order {
+			tg := targets[i]
 			freshen(t, file)
 			// Start each write from the same disk state: the previous
 			// target's dirty pages flushed, and a moment of quiet (the
