@@ -87,6 +87,10 @@ func TestAssetsLifecycle(t *testing.T) {
 			if r := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+id+"/content", nil, map[string]string{"Range": "bytes=999999999-"}); r.Status != http.StatusRequestedRangeNotSatisfiable {
 				t.Errorf("unsatisfiable range: %d", r.Status)
 			}
+			if r := do(t, http.MethodHead, g.URL+"/api/v2/assets/"+id+"/content", nil, nil); r.Status != http.StatusOK ||
+				r.Header.Get("Content-Length") != fmt.Sprint(len(data)) || len(r.Body) != 0 {
+				t.Errorf("HEAD content: %d, Content-Length %q, %d body bytes", r.Status, r.Header.Get("Content-Length"), len(r.Body))
+			}
 
 			// Deleting records: the bytes stay until the last one goes.
 			for i, del := range []string{id, secondID} {

@@ -134,6 +134,9 @@ func TestS3Faults(t *testing.T) {
 				t.Errorf("GET with the store down (%v): %d %.200s", hdr, r.Status, r.Body)
 			}
 		}
+		if r := do(t, http.MethodHead, content, nil, nil); r.Status != http.StatusInternalServerError {
+			t.Errorf("HEAD with the store down: %d", r.Status)
+		}
 		srv.Start(t)
 
 		// Down mid-response: the transfer fails; it never ends as a
