@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,26 +32,88 @@ func s3Global(t *testing.T, bucket s3test.Config) string {
 // multipart upload), both signed the way the gateway signs its part uploads
 // (UNSIGNED-PAYLOAD); and the file uploaded through a gateway without and
 // with expected_hash (what the SDKs send).
+//
+// It also logs, at the end of the test, the CPU time each S3 target cost
+// per upload in the S3 server, the gateway and the client (curl, or this
+// process for minio-go): unlike seconds, that does not depend on what else
+// the machine is doing.
 func s3UploadTargets(t *testing.T) []uploadTarget {
 	bucket := s3test.Bucket(t)
-	g, _ := startGateway(t, s3Global(t, bucket))
+	g, gatewayPID := startGateway(t, s3Global(t, bucket))
 	url := g.URL + "/api/v2/assets"
 	client := bucket.Client(t)
+	serverPID, err := PIDWithArg(strings.TrimPrefix(bucket.Endpoint, "http://"))
+	if err != nil {
+		t.Fatalf("the S3 server's process: %v", err)
+	}
 	puts := 0
-	return []uploadTarget{
-		{name: "s3 direct", write: func(t *testing.T, f string) float64 {
+	direct := map[string]func(*testing.T, string) float64{
+		"s3 direct": func(t *testing.T, f string) float64 {
 			puts++
 			return curlPutS3(t, bucket, fmt.Sprintf("direct/%d", puts), f)
-		}},
-		{name: "s3 minio-go PutObject", write: func(t *testing.T, f string) float64 {
+		},
+		"s3 minio-go PutObject": func(t *testing.T, f string) float64 {
 			puts++
 			return minioPut(t, client, bucket.Bucket, fmt.Sprintf("direct/%d", puts), f)
-		}},
-		{name: "s3 gateway", write: func(t *testing.T, f string) float64 { return curlUpload(t, url, f) }},
-		{name: "s3 gateway, expected_hash", write: func(t *testing.T, f string) float64 {
-			return curlUpload(t, url, f, "expected_hash="+fileHash(t, f))
-		}},
+		},
 	}
+	cpu := map[string][][3]time.Duration{} // per upload: server, gateway, client
+	var targets []uploadTarget
+	for _, name := range []string{"s3 direct", "s3 minio-go PutObject", "s3 gateway", "s3 gateway, expected_hash"} {
+		targets = append(targets, uploadTarget{name: name, write: func(t *testing.T, f string) float64 {
+			var extra []string
+			if name == "s3 gateway, expected_hash" { // hashed before the clocks start
+				extra = append(extra, "expected_hash="+fileHash(t, f))
+			}
+			s0, g0, c0 := mustTicks(t, serverPID), mustTicks(t, gatewayPID), clientCPU()
+			var secs float64
+			if w := direct[name]; w != nil {
+				secs = w(t, f)
+			} else {
+				secs = curlUpload(t, url, f, extra...)
+			}
+			cpu[name] = append(cpu[name], [3]time.Duration{
+				mustTicks(t, serverPID) - s0, mustTicks(t, gatewayPID) - g0, clientCPU() - c0})
+			return secs
+		}})
+	}
+	t.Cleanup(func() {
+		var sb strings.Builder
+		sb.WriteString("\nCPU per upload, median (ms): | target | S3 server | gateway | client | total |\n")
+		for _, tg := range targets {
+			var per [4][]float64
+			for _, c := range cpu[tg.name] {
+				for k := range 3 {
+					per[k] = append(per[k], float64(c[k].Milliseconds()))
+				}
+				per[3] = append(per[3], float64((c[0] + c[1] + c[2]).Milliseconds()))
+			}
+			if len(per[3]) > 0 {
+				fmt.Fprintf(&sb, "| %s | %.0f | %.0f | %.0f | %.0f |\n", tg.name, Median(per[0]), Median(per[1]), Median(per[2]), Median(per[3]))
+			}
+		}
+		t.Log(sb.String())
+	})
+	return targets
+}
+
+// mustTicks is a process's CPU time so far (10 ms resolution).
+func mustTicks(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	n, err := CPUTicks(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(n) * 10 * time.Millisecond
+}
+
+// clientCPU is the CPU time of this process and its finished children
+// (curl): the client side of a write.
+func clientCPU() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	return time.Duration(self.Utime.Nano() + self.Stime.Nano() + children.Utime.Nano() + children.Stime.Nano())
 }
 
 // curlPutS3 PUTs path as the object key of bucket with curl's SigV4 and
