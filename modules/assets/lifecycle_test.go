@@ -64,7 +64,8 @@ func newPostgresService(t *testing.T, blobs blob.Store) (*Service, *clock) {
 // through the service, on Postgres and each real blob store: workers upload,
 // read back and delete assets over a few shared contents, so that the last
 // reference to a blob goes while another upload of the same bytes is under
-// way, over and over. Every acknowledged upload must find its bytes whole
+// way, over and over (half of the uploads declare expected_hash, so that on
+// S3 both upload paths race). Every acknowledged upload must find its bytes whole
 // until its own asset is deleted, and once every asset is gone no object
 // and no upload leftover may remain.
 func TestConcurrentUploadAndDelete(t *testing.T) {
@@ -94,7 +95,11 @@ func TestConcurrentUploadAndDelete(t *testing.T) {
 				wg.Go(func() {
 					for r := range wk.rounds {
 						account := fmt.Sprintf("acct-%d", (w+r)%3)
-						body, ct := multipartBody(t, wk.content, part{"content_type", "image/png"}, part{"file_path", fmt.Sprintf("w%d/r%d.png", w, r)})
+						parts := []part{{"content_type", "image/png"}, {"file_path", fmt.Sprintf("w%d/r%d.png", w, r)}}
+						if (w+r)%2 == 1 { // half declare the hash, as the SDKs do
+							parts = append(parts, part{"expected_hash", hashOf(wk.content)})
+						}
+						body, ct := multipartBody(t, wk.content, parts...)
 						res, err := s.Upload(ctx, account, body, ct)
 						if err != nil {
 							errs <- fmt.Errorf("worker %d round %d: Upload: %w", w, r, err)
