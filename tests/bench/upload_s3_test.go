@@ -78,6 +78,9 @@ func s3UploadTargets(t *testing.T) []uploadTarget {
 		}})
 	}
 	t.Cleanup(func() {
+		if len(cpu) == 0 {
+			return // the S3 targets were left out
+		}
 		var sb strings.Builder
 		sb.WriteString("\nCPU per upload, median (ms): | target | S3 server | gateway | client | total |\n")
 		for _, tg := range targets {

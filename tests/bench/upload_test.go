@@ -152,7 +152,8 @@ type uploadTarget struct {
 // with expected_hash) against a PutObject of the same bytes straight to the
 // same S3 server; all in interleaved rounds of one run.
 // COMFYGATE_BENCH_BASE_BIN adds the embedded gateway of another binary
-// (the main branch's) as a target, for a same-run comparison.
+// (the main branch's) as a target, for a same-run comparison;
+// COMFYGATE_BENCH_TARGETS (comma-separated names) keeps only those targets.
 //
 //	COMFYGATE_BENCH=1 go test -count=1 -v -run TestBenchUploadThroughput ./tests/bench/
 func TestBenchUploadThroughput(t *testing.T) {
@@ -177,6 +178,10 @@ func TestBenchUploadThroughput(t *testing.T) {
 		targets = append(targets, uploadTarget{name: "embedded@base", write: curlTo(g.URL + "/api/v2/assets")})
 	}
 	targets = append(targets, s3UploadTargets(t)...)
+	if only := os.Getenv("COMFYGATE_BENCH_TARGETS"); only != "" {
+		names := strings.Split(only, ",")
+		targets = slices.DeleteFunc(targets, func(tg uploadTarget) bool { return !slices.Contains(names, tg.name) })
+	}
 	ratios := [][2]string{{"embedded", "dd"}, {"postgres", "dd"}, {"embedded", "naive"}, {"postgres", "naive"},
 		{"embedded", "embedded@base"}, {"s3 gateway", "s3 direct"}, {"s3 gateway, expected_hash", "s3 direct"},
 		{"s3 gateway", "s3 minio-go PutObject"}, {"s3 gateway, expected_hash", "s3 minio-go PutObject"}}
