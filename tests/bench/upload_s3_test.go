@@ -59,10 +59,10 @@ func s3UploadTargets(t *testing.T) []uploadTarget {
 	}
 	cpu := map[string][][3]time.Duration{} // per upload: server, gateway, client
 	var targets []uploadTarget
-	for _, name := range []string{"s3 direct", "s3 minio-go PutObject", "s3 gateway", "s3 gateway, expected_hash"} {
+	for _, name := range []string{"s3 direct", "s3 minio-go PutObject", "s3 gateway", "s3 gateway (expected_hash)"} {
 		targets = append(targets, uploadTarget{name: name, write: func(t *testing.T, f string) float64 {
 			var extra []string
-			if name == "s3 gateway, expected_hash" { // hashed before the clocks start
+			if name == "s3 gateway (expected_hash)" { // hashed before the clocks start
 				extra = append(extra, "expected_hash="+fileHash(t, f))
 			}
 			s0, g0, c0 := mustTicks(t, serverPID), mustTicks(t, gatewayPID), clientCPU()
