@@ -239,6 +239,17 @@ func (s *Service) Delete(ctx context.Context, account, id string) error {
 	}
 }
 
+// Open returns the caller's asset and its bytes, read from the start. The
+// caller closes the reader.
+func (s *Service) Open(ctx context.Context, account, id string) (storage.Asset, io.ReadSeekCloser, error) {
+	a, err := s.Get(ctx, account, id)
+	if err != nil {
+		return a, nil, err
+	}
+	f, err := s.OpenContent(ctx, a, 0)
+	return a, f, err
+}
+
 // StatContent checks that the bytes of an asset (from Get) are available.
 func (s *Service) StatContent(ctx context.Context, a storage.Asset) error {
 	_, err := s.Blobs.Stat(ctx, a.Hash)

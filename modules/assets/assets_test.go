@@ -19,7 +19,6 @@ import (
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/idem"
-	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/embedded"
 	"github.com/comfygate/comfygate/storage/memclaim"
@@ -125,16 +124,6 @@ func blobExists(t *testing.T, s *Service, hash string) bool {
 		t.Fatal(err)
 	}
 	return err == nil
-}
-
-// open is what GET …/content does: Get, then OpenContent.
-func open(ctx context.Context, s *Service, account, id string) (storage.Asset, io.ReadSeekCloser, error) {
-	a, err := s.Get(ctx, account, id)
-	if err != nil {
-		return a, nil, err
-	}
-	f, err := s.OpenContent(ctx, a, 0)
-	return a, f, err
 }
 
 func TestUploadDedupCreatedNew(t *testing.T) {
@@ -279,7 +268,7 @@ func TestGetOpenDelete(t *testing.T) {
 			got, err := s.Get(ctx, tt.account, tt.id)
 			if !tt.ok {
 				wantAPIErr(t, err, 404, "not_found")
-				_, f, err := open(ctx, s, tt.account, tt.id)
+				_, f, err := s.Open(ctx, tt.account, tt.id)
 				wantAPIErr(t, err, 404, "not_found")
 				if f != nil {
 					t.Fatal("Open returned a file with an error")
@@ -290,7 +279,7 @@ func TestGetOpenDelete(t *testing.T) {
 			if err != nil || got.ID != a.ID || got.Hash != a.Hash {
 				t.Fatalf("Get = %+v, %v", got, err)
 			}
-			_, f, err := open(ctx, s, tt.account, tt.id)
+			_, f, err := s.Open(ctx, tt.account, tt.id)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -312,7 +301,7 @@ func TestGetOpenDelete(t *testing.T) {
 	if !blobExists(t, s, a.Hash) {
 		t.Fatal("bytes removed while another asset references them")
 	}
-	if _, f, err := open(ctx, s, "acct", b.ID); err != nil {
+	if _, f, err := s.Open(ctx, "acct", b.ID); err != nil {
 		t.Fatalf("Open b after deleting a: %v", err)
 	} else {
 		_ = f.Close()
@@ -335,7 +324,7 @@ func TestOpenMissingBytes(t *testing.T) {
 	if err := s.Blobs.Remove(ctx, a.Hash); err != nil {
 		t.Fatal(err)
 	}
-	_, f, err := open(ctx, s, "acct", a.ID)
+	_, f, err := s.Open(ctx, "acct", a.ID)
 	wantAPIErr(t, err, 404, "blob_not_found")
 	if f != nil {
 		t.Fatal("file returned with error")
@@ -359,7 +348,7 @@ func TestExpiryAndSweep(t *testing.T) {
 	for _, a := range []string{short.ID, sharedShort.ID} {
 		_, err := s.Get(ctx, "acct", a)
 		wantAPIErr(t, err, 404, "not_found")
-		_, _, err = open(ctx, s, "acct", a)
+		_, _, err = s.Open(ctx, "acct", a)
 		wantAPIErr(t, err, 404, "not_found")
 	}
 	for _, a := range []string{sharedLong.ID, forever.ID} {

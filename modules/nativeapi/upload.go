@@ -33,7 +33,7 @@ type uploadForm struct {
 	overwrite                bool
 	originalRef              *FileRef
 	contentType              string
-	upload                   *blob.Upload
+	upload                   blob.Upload
 	maskBytes                []byte // a mask upload's image, before compositing
 	hash                     string
 	size                     int64
@@ -51,7 +51,7 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 	form, err := s.parseUpload(ctx, body, contentType, mask)
 	defer func() {
 		if form != nil && form.upload != nil {
-			_ = form.upload.Abort() // a no-op once published
+			_ = form.upload.Abort() // after Publish: drops what is left of it
 		}
 	}()
 	if err != nil {
@@ -95,7 +95,7 @@ func (s *Service) parseUpload(ctx context.Context, body io.Reader, contentType s
 				}
 				continue
 			}
-			if err := s.receive(form, part); err != nil {
+			if err := s.receive(ctx, form, part); err != nil {
 				return form, err
 			}
 			continue
@@ -150,8 +150,8 @@ func (s *Service) parseUpload(ctx context.Context, body io.Reader, contentType s
 }
 
 // receive streams the file part into a new blob upload.
-func (s *Service) receive(form *uploadForm, part *multipart.Part) error {
-	up, err := s.Assets.Blobs.NewUpload()
+func (s *Service) receive(ctx context.Context, form *uploadForm, part *multipart.Part) error {
+	up, err := s.Assets.Blobs.NewUpload(ctx, "")
 	if err != nil {
 		return apierr.Upstream(err)
 	}
@@ -256,7 +256,7 @@ func (s *Service) applyMask(ctx context.Context, account string, form *uploadFor
 	if err := Composite(&out, f, bytes.NewReader(form.maskBytes)); err != nil {
 		return err
 	}
-	up, err := s.Assets.Blobs.NewUpload()
+	up, err := s.Assets.Blobs.NewUpload(ctx, "")
 	if err != nil {
 		return apierr.Upstream(err)
 	}

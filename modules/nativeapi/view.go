@@ -9,7 +9,6 @@ import (
 	_ "image/jpeg" // originals may be JPEG
 	"image/png"
 	"io"
-	"os"
 	"path"
 	"strings"
 
@@ -53,11 +52,11 @@ func ParseViewRef(filename, subfolder, typ string) (ViewRef, error) {
 
 // Open is GET /view: the caller's asset at ref (the newest of that path)
 // and its bytes. The caller closes the file.
-func (s *Service) Open(ctx context.Context, account string, ref ViewRef) (storage.Asset, *os.File, error) {
+func (s *Service) Open(ctx context.Context, account string, ref ViewRef) (storage.Asset, io.ReadSeekCloser, error) {
 	return s.openRef(ctx, account, ref)
 }
 
-func (s *Service) openRef(ctx context.Context, account string, ref ViewRef) (storage.Asset, *os.File, error) {
+func (s *Service) openRef(ctx context.Context, account string, ref ViewRef) (storage.Asset, io.ReadSeekCloser, error) {
 	a, err := s.Assets.Store.FindAssetByPath(ctx, account, ref.FilePath)
 	if errors.Is(err, storage.ErrNotFound) {
 		return a, nil, apierr.NotFound("no such file")
