@@ -318,4 +318,3 @@ func testInvalidHash(t *testing.T, h Harness) {
 		}
 	}
 }
-
