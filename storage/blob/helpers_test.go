@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"path/filepath"
@@ -64,18 +63,6 @@ func assertTempEmpty(t testing.TB, s *FileSystem) {
 	}
 }
 
-// smallReader returns at most max bytes per Read, like a multipart.Part.
-type smallReader struct {
-	r   io.Reader
-	max int
-}
-
-func (s *smallReader) Read(p []byte) (int, error) {
-	if len(p) > s.max {
-		p = p[:s.max]
-	}
-	return s.r.Read(p)
-}
 
 var bg = context.Background()
 
