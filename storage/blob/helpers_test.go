@@ -63,7 +63,6 @@ func assertTempEmpty(t testing.TB, s *FileSystem) {
 	}
 }
 
-
 var bg = context.Background()
 
 // openUpload starts an upload on the file system store as its own type, so
