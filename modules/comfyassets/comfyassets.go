@@ -21,6 +21,7 @@ import (
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/modules/deployments"
 	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/modules/metrics"
 	"github.com/comfygate/comfygate/modules/principal"
 )
 
@@ -132,7 +133,15 @@ func (h *Handler) links(r *http.Request) httpx.Links {
 	return httpx.LinksFor(r).WithSigner(h.app.Presigner())
 }
 
-func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal) error {
+func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Service, p principal.Principal) (err error) {
+	start := time.Now()
+	defer func() {
+		if e, ok := apierr.As(err); ok {
+			metrics.UploadRefusals.WithLabelValues(e.Code).Inc()
+		} else if err != nil {
+			metrics.UploadRefusals.WithLabelValues("upstream_error").Inc()
+		}
+	}()
 	limit := svc.MaxUploadBytes + multipartSlack
 	if r.ContentLength > limit {
 		return apierr.PayloadTooLarge(svc.MaxUploadBytes)
@@ -142,10 +151,13 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *assets.Ser
 	if err != nil {
 		return clientReadError(r.Context(), err)
 	}
-	status := http.StatusCreated
+	status, outcome := http.StatusCreated, "stored"
 	if !res.CreatedNew {
-		status = http.StatusOK
+		status, outcome = http.StatusOK, "deduplicated"
 	}
+	metrics.Uploads.WithLabelValues(outcome).Inc()
+	metrics.UploadBytes.Add(float64(res.Asset.SizeBytes))
+	metrics.UploadDuration.Observe(time.Since(start).Seconds())
 	return httpx.WriteJSON(w, status, View(res.Asset, h.links(r), &res.CreatedNew, time.Now()))
 }
 

@@ -69,7 +69,7 @@ var (
 	RouterCallDuration = histogramVec("router_call_duration_seconds",
 		"Time from a router call's admission to its answer, by provider.", requestBuckets, "provider")
 	RouterLimitRefusals = counterVec("router_limit_refusals_total",
-		"Router calls refused by a limit, by reason (concurrency, spend, rate, credits, …).", "reason")
+		"Router calls refused by a limit, by reason (in_flight, spend, rate, credits).", "reason")
 	RouterReplays = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_idempotent_replays_total",
 		Help: "Router answers replayed for a repeated Idempotency-Key."})
 	RouterSpendReserved = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_spend_reserved_cents_total",
