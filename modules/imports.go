@@ -8,6 +8,7 @@ import (
 	_ "github.com/comfygate/comfygate/modules/comfyconsole"
 	_ "github.com/comfygate/comfygate/modules/comfydeployment"
 	_ "github.com/comfygate/comfygate/modules/comfygate"
+	_ "github.com/comfygate/comfygate/modules/comfyhealth"
 	_ "github.com/comfygate/comfygate/modules/comfyjobs"
 	_ "github.com/comfygate/comfygate/modules/comfynative"
 	_ "github.com/comfygate/comfygate/modules/deploymenttls"

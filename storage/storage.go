@@ -139,6 +139,8 @@ type Store interface {
 	// Migrate brings the schema up to date. It is safe to call concurrently
 	// from several processes.
 	Migrate(ctx context.Context) error
+	// Ping checks that the backend answers (a readiness probe).
+	Ping(ctx context.Context) error
 	// Close releases the backend's connections.
 	Close() error
 }

@@ -192,12 +192,12 @@ func (a *App) Validate() error {
 	return a.JobsConfig.validate()
 }
 
-// Start opens the backends (once per configuration) and starts the
-// maintenance loops.
+// Start starts the pools' connections and, once the backends are open,
+// the maintenance loop and the dispatchers. A backend that is down does not
+// stop the gateway from starting: it keeps trying in the background,
+// requests answer 500 upstream_error meanwhile, and /readyz (comfy_health)
+// names what is down.
 func (a *App) Start() error {
-	if err := a.Ready(); err != nil {
-		return err
-	}
 	a.logger.Info("starting", zap.Stringer("build", version.Read()))
 	loopCtx, stop := context.WithCancel(a.ctx)
 	// Attempts run on their own context: a reload stops this config's
@@ -207,23 +207,62 @@ func (a *App) Start() error {
 	a.cancel = stop
 	a.cancelRuns = stopRuns
 	a.runCtx = runCtx
-	maintained := make(chan struct{})
-	go func() {
-		defer close(maintained)
-		a.maintain(loopCtx)
-	}()
-	a.stopped = []<-chan struct{}{maintained}
-	for name, pe := range a.executors {
+	for _, pe := range a.executors {
 		// Pools connect even on an API-only process: validation needs
 		// their node catalogs.
 		if pe.start != nil {
 			pe.start()
 		}
-		if !a.JobsConfig.NoExecute {
-			a.stopped = append(a.stopped, a.startDispatcher(loopCtx, name, pe))
-		}
 	}
+	maintained, dispatched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(maintained)
+		if !a.awaitBackends(loopCtx) {
+			close(dispatched)
+			return
+		}
+		var dispatchers []<-chan struct{}
+		if !a.JobsConfig.NoExecute {
+			for name, pe := range a.executors {
+				dispatchers = append(dispatchers, a.startDispatcher(loopCtx, name, pe))
+			}
+		}
+		go func() {
+			defer close(dispatched)
+			for _, done := range dispatchers {
+				<-done
+			}
+		}()
+		a.maintain(loopCtx)
+	}()
+	a.stopped = []<-chan struct{}{maintained, dispatched}
 	return nil
+}
+
+// awaitBackends opens the backends, retrying with a growing pause (logged
+// at the first failure and then every minute) until they open or ctx
+// ends; it reports whether they are open.
+func (a *App) awaitBackends(ctx context.Context) bool {
+	pause, lastLog := time.Second, time.Time{}
+	for {
+		err := a.Ready()
+		if err == nil {
+			if !lastLog.IsZero() {
+				a.logger.Info("backends are open")
+			}
+			return true
+		}
+		if time.Since(lastLog) >= time.Minute {
+			a.logger.Error("opening the backends; retrying in the background", zap.Error(err))
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 15*time.Second)
+	}
 }
 
 // signalStopping closes the Stopping channel, once.

@@ -41,6 +41,8 @@ type resources struct {
 
 	mu        sync.Mutex
 	opened    atomic.Bool // set under mu once open; read without it
+	lastErr   error       // the last failed open, under mu
+	lastTry   time.Time   // when it was tried, under mu
 	store     storage.Store
 	claims    storage.ClaimStore
 	blobs     blob.Store
@@ -55,13 +57,19 @@ func newResources(cfg resourceConfig, logger *zap.Logger) *resources {
 // openTimeout bounds opening and migrating the backends.
 const openTimeout = 30 * time.Second
 
+// retryOpenAfter is how long a failed open answers for itself: requests
+// meanwhile get its error at once instead of each waiting for an attempt
+// of their own (the app retries in the background, see App.Start).
+const retryOpenAfter = time.Second
+
 // open opens the backends and applies migrations, once, on whichever comes
 // first: the app's Start or a request (Caddy starts apps in no fixed order,
 // so the HTTP server may take requests before this app has started). It
 // runs detached from the caller's context so that one cancelled request
-// cannot fail it for everyone. A failure is not remembered: whatever was
-// opened is closed again, and the next call tries afresh, so a dependency
-// that was briefly down at first use does not break the gateway for good.
+// cannot fail it for everyone. A failure is not remembered for long:
+// whatever was opened is closed again, and a call after retryOpenAfter
+// tries afresh, so a dependency that was down at first use does not break
+// the gateway for good. The error names the dependency (DependencyError).
 func (r *resources) open() error {
 	// Every request calls this: once open, answer without the lock.
 	if r.opened.Load() {
@@ -72,13 +80,35 @@ func (r *resources) open() error {
 	if r.opened.Load() {
 		return nil
 	}
+	if r.lastErr != nil && time.Since(r.lastTry) < retryOpenAfter {
+		return r.lastErr
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	if err := r.doOpen(ctx); err != nil {
-		return err
+	r.lastTry = time.Now()
+	if r.lastErr = r.doOpen(ctx); r.lastErr != nil {
+		return r.lastErr
 	}
 	r.opened.Store(true)
 	return nil
+}
+
+// DependencyError is a failure to open one backend.
+type DependencyError struct {
+	// Dependency is blobs, storage or redis.
+	Dependency string
+	Err        error
+}
+
+func (e *DependencyError) Error() string { return e.Dependency + ": " + e.Err.Error() }
+func (e *DependencyError) Unwrap() error { return e.Err }
+
+// dependencies are the backends in the order doOpen opens them.
+func (r *resources) dependencies() []string {
+	if r.cfg.Redis == "" {
+		return []string{"blobs", "storage"}
+	}
+	return []string{"blobs", "storage", "redis"}
 }
 
 func (r *resources) doOpen(ctx context.Context) (err error) {
@@ -88,8 +118,19 @@ func (r *resources) doOpen(ctx context.Context) (err error) {
 		}
 	}()
 	if r.blobs, err = openBlobs(r.cfg.Blobs); err != nil {
-		return fmt.Errorf("opening blob store: %w", err)
+		return &DependencyError{"blobs", fmt.Errorf("opening blob store: %w", err)}
 	}
+	if err := r.openStorage(ctx); err != nil {
+		return &DependencyError{"storage", err}
+	}
+	r.extraData = jobs.NewExtraDataCache(extraDataTTL)
+	if err := r.openRedis(ctx); err != nil {
+		return &DependencyError{"redis", err}
+	}
+	return nil
+}
+
+func (r *resources) openStorage(ctx context.Context) error {
 	switch r.cfg.Storage.Backend {
 	case "postgres":
 		st, err := postgres.Open(ctx, r.cfg.Storage.DSN)
@@ -107,7 +148,10 @@ func (r *resources) doOpen(ctx context.Context) (err error) {
 	if err := r.store.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrating storage: %w", err)
 	}
-	r.extraData = jobs.NewExtraDataCache(extraDataTTL)
+	return nil
+}
+
+func (r *resources) openRedis(ctx context.Context) error {
 	if r.cfg.Redis == "" {
 		r.claims = memclaim.New()
 		r.bus = bus.NewHub()

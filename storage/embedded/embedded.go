@@ -122,6 +122,15 @@ func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
+// Ping reads from the database file.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.read.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("embedded: ping: %w", err)
+	}
+	return nil
+}
+
 // inWriteTx runs fn in a write transaction on the single writer connection,
 // committing when fn returns nil and rolling back otherwise.
 func (s *Store) inWriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {

@@ -73,6 +73,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Ping runs a round trip to the server on a pooled connection.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", err)
+	}
+	return nil
+}
+
 // Postgres SQLSTATE codes the store branches on.
 const (
 	codeUniqueViolation     = "23505"

@@ -48,6 +48,14 @@ func New(url string, prefix string) (*Store, error) {
 	return &Store{pipe: pipe, prefix: prefix}, nil
 }
 
+// Ping runs a round trip to Redis (a readiness probe).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pipe.Client().Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
+}
+
 // Key returns the Redis key holding scope/key's claim:
 // <prefix>claim:<scope>:<key>, with long keys hashed so the key stays bounded.
 func (s *Store) Key(scope, key string) string {
