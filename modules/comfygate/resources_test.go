@@ -9,7 +9,8 @@ import (
 )
 
 // TestOpenFailureIsNotRemembered: backends that could not be opened at
-// first use are opened by a later call once the cause is gone.
+// first use are opened by a later call once the cause is gone (after
+// retryOpenAfter: a call right after a failure gets its error at once).
 func TestOpenFailureIsNotRemembered(t *testing.T) {
 	dir := t.TempDir()
 	blocker := filepath.Join(dir, "blocked")
@@ -30,6 +31,11 @@ func TestOpenFailureIsNotRemembered(t *testing.T) {
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
+	// Within retryOpenAfter the failure answers for itself, untried.
+	if err := r.open(); err == nil {
+		t.Fatal("an open right after a failure tried again")
+	}
+	r.lastTry = r.lastTry.Add(-retryOpenAfter)
 	if err := r.open(); err != nil {
 		t.Fatalf("open after the cause was removed: %v", err)
 	}
