@@ -192,13 +192,17 @@ func (a *App) Validate() error {
 	return a.JobsConfig.validate()
 }
 
-// Start starts the pools' connections and, once the backends are open,
+// Start opens the backends (once per configuration; migrations are applied
+// before it returns when they answer) and starts the pools' connections,
 // the maintenance loop and the dispatchers. A backend that is down does not
 // stop the gateway from starting: it keeps trying in the background,
-// requests answer 500 upstream_error meanwhile, and /readyz (comfy_health)
-// names what is down.
+// requests answer 500 upstream_error meanwhile, /readyz (comfy_health)
+// names what is down, and the loops start once the backends open.
 func (a *App) Start() error {
 	a.logger.Info("starting", zap.Stringer("build", version.Read()))
+	if err := a.Ready(); err != nil {
+		a.logger.Error("opening the backends; the gateway starts and keeps trying", zap.Error(err))
+	}
 	loopCtx, stop := context.WithCancel(a.ctx)
 	// Attempts run on their own context: a reload stops this config's
 	// claiming but lets its running attempts finish (they share the pooled
@@ -239,19 +243,20 @@ func (a *App) Start() error {
 	return nil
 }
 
-// awaitBackends opens the backends, retrying with a growing pause (logged
-// at the first failure and then every minute) until they open or ctx
-// ends; it reports whether they are open.
+// awaitBackends opens the backends, retrying with a growing pause until
+// they open or ctx ends (Start logged the first failure; later ones are
+// logged once a minute); it reports whether they are open.
 func (a *App) awaitBackends(ctx context.Context) bool {
-	pause, lastLog := time.Second, time.Time{}
+	pause, lastLog, failed := time.Second, time.Now(), false
 	for {
 		err := a.Ready()
 		if err == nil {
-			if !lastLog.IsZero() {
+			if failed {
 				a.logger.Info("backends are open")
 			}
 			return true
 		}
+		failed = true
 		if time.Since(lastLog) >= time.Minute {
 			a.logger.Error("opening the backends; retrying in the background", zap.Error(err))
 			lastLog = time.Now()

@@ -66,7 +66,8 @@ http://:{PORT} {
 // refused (413); jobs that succeed, fail, are
 // canceled queued and running; a refused key, an unknown job, an invalid
 // workflow; an event stream; router calls answered, failed by the partner,
-// refused by the concurrency limit and for an unknown model — moves every
+// refused by the concurrency limit, for an unknown model and for a body
+// that is not JSON — moves every
 // comfygate_ series by exactly what it did, and nothing else moves.
 func TestSeriesMoveExactly(t *testing.T) {
 	t.Parallel()
@@ -138,6 +139,10 @@ func TestSeriesMoveExactly(t *testing.T) {
 	if r := routerCall(t, g, "acme/nope", tok); r.Status != http.StatusNotFound {
 		t.Errorf("unknown model: %d %s", r.Status, r.Body)
 	}
+	if r := gateway.Do(t, http.MethodPost, g.URL+"/v1/models/acme/ok", strings.NewReader(`{"prompt":`),
+		map[string]string{"Authorization": "Bearer " + tok}); r.Status != http.StatusBadRequest {
+		t.Errorf("a body that is not JSON: %d %s", r.Status, r.Body)
+	}
 
 	after := scrapeAt(t, admin)
 	checkChanges(t, before, after, []change{
@@ -162,12 +167,14 @@ func TestSeriesMoveExactly(t *testing.T) {
 		{"comfygate_error_responses_total", []string{"code=not_found"}, 1},
 		{"comfygate_error_responses_total", []string{"code=concurrency_limit_exceeded"}, 1},
 		{"comfygate_error_responses_total", []string{"code=model_not_found"}, 1},
-		{"comfygate_error_responses_total", nil, 6},
+		{"comfygate_error_responses_total", []string{"code=invalid_input"}, 1},
+		{"comfygate_error_responses_total", nil, 7},
 		{"comfygate_router_calls_total", []string{"provider=acme", "bucket=ok"}, 2},
 		{"comfygate_router_calls_total", []string{"provider=acme", "bucket=provider_error"}, 1},
 		{"comfygate_router_calls_total", []string{"provider=acme", "bucket=concurrency_limit_exceeded"}, 1},
 		{"comfygate_router_calls_total", []string{"provider=none", "bucket=model_not_found"}, 1},
-		{"comfygate_router_call_duration_seconds", nil, 5},
+		{"comfygate_router_calls_total", []string{"provider=acme", "bucket=invalid_input"}, 1},
+		{"comfygate_router_call_duration_seconds", nil, 6},
 		{"comfygate_router_limit_refusals_total", []string{"reason=in_flight"}, 1},
 		// Three admitted calls at 7 cents; the partner's failure is not charged.
 		{"comfygate_router_spend_reserved_cents_total", nil, 21},
