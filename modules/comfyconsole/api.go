@@ -162,7 +162,19 @@ func (h *Handler) jobDetail(w http.ResponseWriter, r *http.Request, account, id 
 		}
 		sort.Slice(nodes, func(a, b int) bool { return nodeOrder(nodes[a].ID, nodes[b].ID) })
 	}
-	return httpx.WriteJSON(w, http.StatusOK, map[string]any{"job": jobView(j), "nodes": nodes})
+	body := map[string]any{"job": jobView(j), "nodes": nodes}
+	// The operator sees a run log wherever one was captured (serverless
+	// deployments, the public demo's included), once the job has ended.
+	if storage.Terminal(j.Status) {
+		l, ok, err := h.app.Store().GetJobLog(r.Context(), account, j.ID)
+		if err != nil {
+			return apierr.Upstream(err)
+		}
+		if ok {
+			body["log"] = map[string]any{"text": l.Text, "truncated": l.Truncated, "captured_at": httpx.Time(l.CapturedAt)}
+		}
+	}
+	return httpx.WriteJSON(w, http.StatusOK, body)
 }
 
 // nodeOrder sorts node ids numerically when both are numbers, else as text.
