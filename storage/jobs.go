@@ -51,6 +51,17 @@ var (
 	ErrLeaseLost = errors.New("storage: lease lost")
 )
 
+// Fair share. Every queued job carries a turn, and ClaimJob takes a pool's
+// jobs in (turn, CreatedAt, ID) order. A new job's turn is the later of the
+// account's last queued turn in the pool + 1 and the pool's front turn (the
+// lowest queued one). An account's jobs thus take consecutive turns behind
+// its own queue, while another account's new job takes the front turn: the
+// claim order goes round-robin across the accounts with queued work, and an
+// account with 10 000 queued jobs delays another account's single job by
+// at most one job per worker slot. Both reads are index probes, so neither
+// submission nor claim scans the queue. A job handed back to the queue
+// keeps its turn (and so its place).
+
 // Job is one execution of a workflow.
 type Job struct {
 	ID        string
@@ -79,6 +90,9 @@ type Job struct {
 	// jobs as read with the job; 0 when not queued or not read. CreateJob
 	// and GetJob fill it; other methods leave it 0.
 	QueuePosition int
+	// Credits is what the job reserved and was charged; nil for a job
+	// created without a Price.
+	Credits *JobCredits
 }
 
 // Output is one committed output of a job: an asset with its node and kind.
@@ -109,6 +123,15 @@ type NewJob struct {
 	// flight at once (serializing them would cost every submission a
 	// commit of its own); it never refuses while there is room.
 	MaxQueued int
+	// AccountMaxQueued bounds the account's own queued jobs in the pool; 0
+	// means unbounded. Over it CreateJob returns ErrAccountQueueFull and
+	// records nothing (with the same concurrency allowance as MaxQueued).
+	AccountMaxQueued int
+	// Price, when set, prices the job: Price.Reserve credits are taken
+	// from the account's balance in the same transaction as the job's
+	// insert, or CreateJob returns ErrInsufficientCredits and records
+	// nothing. Concurrent creates never take the balance below zero.
+	Price *JobPrice
 }
 
 // NewOutput is an output an attempt commits: the asset to create (its
@@ -155,15 +178,21 @@ type JobStore interface {
 	// canceling) ones. Pools with neither may be left out.
 	CountJobs(ctx context.Context) (map[string]PoolCounts, error)
 	// QueuePosition is the 1-based position of a queued job among its
-	// pool's queued jobs (oldest first); 0 when it is not queued.
+	// pool's queued jobs in claim order; 0 when it is not queued.
 	QueuePosition(ctx context.Context, id string) (int, error)
-	// ClaimJob moves the pool's oldest queued job to running for a new
+	// ClaimJob moves the pool's next queued job to running for a new
 	// attempt (Attempt+1) leased to owner until now+lease, sets StartedAt
 	// on the first attempt, and removes the outputs of earlier attempts
 	// (calling remove for blobs left unreferenced) so that a reclaimed job
 	// never shows duplicate outputs. ErrNotFound when nothing is queued.
 	// Concurrent claimers never get the same job.
-	ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, remove BlobFunc) (Job, error)
+	//
+	// The next job is taken in fair order: round-robin across the accounts
+	// with queued work (see the package's "Fair share" note), oldest first
+	// within an account; a job handed back to the queue keeps its place.
+	// With accountMaxRunning > 0, jobs of an account that already has that
+	// many running (or canceling) in the pool are passed over.
+	ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, accountMaxRunning int, remove BlobFunc) (Job, error)
 	// RenewLease extends the attempt's lease and returns the job's status
 	// (so the runner sees canceling). ErrLeaseLost when the attempt no
 	// longer owns the job.

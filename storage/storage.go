@@ -136,6 +136,7 @@ type Store interface {
 	JobStore
 	DeploymentStore
 	NativeStore
+	CreditStore
 	// Migrate brings the schema up to date. It is safe to call concurrently
 	// from several processes.
 	Migrate(ctx context.Context) error

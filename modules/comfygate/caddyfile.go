@@ -36,6 +36,8 @@ func init() {
 //			default_pool <name>
 //			purge_after <duration>
 //			no_execute
+//			account_max_queued <n>
+//			account_max_running <n>
 //		}
 //		pool <name> builtin|comfyui { … }   (see unmarshalPool)
 //	}
@@ -160,6 +162,10 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			c.MaxQueued, err = strconv.Atoi(v)
 		case "max_attempts":
 			c.MaxAttempts, err = strconv.Atoi(v)
+		case "account_max_queued":
+			c.AccountMaxQueued, err = strconv.Atoi(v)
+		case "account_max_running":
+			c.AccountMaxRunning, err = strconv.Atoi(v)
 		case "max_streams":
 			c.MaxStreams, err = strconv.Atoi(v)
 		case "retention":
@@ -196,6 +202,7 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //
 //	pool <name> builtin {
 //		concurrency <n>
+//		(and the options every pool takes, below)
 //	}
 //	pool <name> comfyui {
 //		worker <url> {
@@ -207,7 +214,18 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //		unhealthy_after <duration>
 //		reconnect_max <duration>
 //		request_timeout <duration>
+//		(and the options every pool takes, below)
 //	}
+//
+// Every pool takes:
+//
+//	price {
+//		per_job <credits>
+//		per_second <credits>
+//	}
+//	max_charge <credits>
+//	account_max_queued <n>
+//	account_max_running <n>
 func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 	p := new(PoolConfig)
 	if !d.AllArgs(&p.Name, &p.Kind) {
@@ -215,16 +233,34 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch d.Val() {
-		case "concurrency":
+		case "concurrency", "account_max_queued", "account_max_running":
+			name := d.Val()
 			var v string
 			if !d.AllArgs(&v) {
 				return nil, d.ArgErr()
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return nil, d.Errf("concurrency: %v", err)
+				return nil, d.Errf("%s: %v", name, err)
 			}
-			p.Concurrency = n
+			*map[string]*int{"concurrency": &p.Concurrency, "account_max_queued": &p.AccountMaxQueued,
+				"account_max_running": &p.AccountMaxRunning}[name] = n
+		case "max_charge":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, d.Errf("max_charge: want whole credits: %v", err)
+			}
+			p.MaxCharge = n
+		case "price":
+			price, err := unmarshalPrice(d)
+			if err != nil {
+				return nil, err
+			}
+			p.Price = price
 		case "refresh", "unhealthy_after", "reconnect_max", "request_timeout":
 			name := d.Val()
 			var v string
@@ -247,6 +283,31 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 		}
 	}
 	return p, nil
+}
+
+// unmarshalPrice reads a pool's price block (whole credits, no fractions).
+func unmarshalPrice(d *caddyfile.Dispenser) (*PriceConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	price := new(PriceConfig)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		into := map[string]*int64{"per_job": &price.PerJob, "per_second": &price.PerSecond}[name]
+		if into == nil {
+			return nil, d.Errf("unknown price option %q (want per_job or per_second)", name)
+		}
+		var v string
+		if !d.AllArgs(&v) {
+			return nil, d.ArgErr()
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, d.Errf("price %s: want whole credits: %v", name, err)
+		}
+		*into = n
+	}
+	return price, nil
 }
 
 func unmarshalWorker(d *caddyfile.Dispenser) (ComfyUIWorker, error) {

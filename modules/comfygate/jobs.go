@@ -45,6 +45,12 @@ type JobsConfig struct {
 	// stays after its retention deadline before it is deleted; its outputs
 	// follow the job's retention. Default 24h.
 	PurgeAfter caddy.Duration `json:"purge_after,omitempty"`
+	// AccountMaxQueued and AccountMaxRunning are every pool's per-account
+	// bounds unless the pool sets its own (see PoolConfig). Default 0:
+	// unbounded. Whatever they are, a pool's queue is served round-robin
+	// across the accounts with queued work.
+	AccountMaxQueued  int `json:"account_max_queued,omitempty"`
+	AccountMaxRunning int `json:"account_max_running,omitempty"`
 }
 
 func (c *JobsConfig) applyDefaults() {
@@ -82,6 +88,8 @@ func (c *JobsConfig) validate() error {
 		return fmt.Errorf("comfygate: jobs lease must be at least 1s")
 	case c.Retention <= 0, c.RunningBound <= 0, c.PurgeAfter <= 0:
 		return fmt.Errorf("comfygate: jobs retention, running_bound and purge_after must be positive")
+	case c.AccountMaxQueued < 0, c.AccountMaxRunning < 0:
+		return fmt.Errorf("comfygate: jobs account_max_queued and account_max_running must not be negative")
 	}
 	return nil
 }
@@ -104,10 +112,12 @@ func (a *App) Jobs(pool string) *jobs.Service {
 		Catalog:   a.executors[pool].exec.Catalog,
 		ExtraData: a.res.extraData,
 		Config: jobs.Config{
-			Pool:      pool,
-			MaxQueued: a.JobsConfig.MaxQueued,
-			Retention: time.Duration(a.JobsConfig.Retention),
-			Limits:    workflow.DefaultLimits(),
+			Pool:             pool,
+			MaxQueued:        a.JobsConfig.MaxQueued,
+			AccountMaxQueued: a.executors[pool].accountMaxQueued,
+			Price:            a.executors[pool].price,
+			Retention:        time.Duration(a.JobsConfig.Retention),
+			Limits:           workflow.DefaultLimits(),
 		},
 	}
 }
@@ -130,13 +140,14 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 		Exec:      pe.exec,
 		ExtraData: a.res.extraData,
 		Config: jobs.DispatcherConfig{
-			Pool:         pool,
-			Concurrency:  pe.capacity,
-			Lease:        time.Duration(a.JobsConfig.Lease),
-			MaxAttempts:  a.JobsConfig.MaxAttempts,
-			RunningBound: time.Duration(a.JobsConfig.RunningBound),
-			PollInterval: time.Second,
-			PurgeAfter:   time.Duration(a.JobsConfig.PurgeAfter),
+			Pool:              pool,
+			Concurrency:       pe.capacity,
+			Lease:             time.Duration(a.JobsConfig.Lease),
+			MaxAttempts:       a.JobsConfig.MaxAttempts,
+			AccountMaxRunning: pe.accountMaxRunning,
+			RunningBound:      time.Duration(a.JobsConfig.RunningBound),
+			PollInterval:      time.Second,
+			PurgeAfter:        time.Duration(a.JobsConfig.PurgeAfter),
 		},
 		Owner:      fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
 		RunContext: a.runCtx,

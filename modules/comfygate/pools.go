@@ -12,7 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/comfyui"
+	"github.com/comfygate/comfygate/modules/credits"
 	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/storage"
 )
 
 // Pool kinds.
@@ -49,6 +51,31 @@ type PoolConfig struct {
 	// RequestTimeout bounds, for a comfyui pool, one HTTP request to a
 	// worker, output downloads and input uploads included. Default 60s.
 	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
+	// Price, when set, makes the pool's jobs cost credits: each job
+	// reserves its maximum from its account's credit balance at submit
+	// (402 insufficient_credits when the balance cannot cover it) and is
+	// charged at its end. Without it the pool's jobs are free and touch
+	// no ledger.
+	Price *PriceConfig `json:"price,omitempty"`
+	// MaxCharge caps what one job of the pool is charged, and so what it
+	// reserves; default per_job + per_second × the jobs block's
+	// running_bound. Needs a price.
+	MaxCharge int64 `json:"max_charge,omitempty"`
+	// AccountMaxQueued and AccountMaxRunning bound one account's queued and
+	// running jobs in this pool (over max_queued: 429 queue_full for that
+	// account only; at max_running its further jobs wait while other
+	// accounts' run). Default: the jobs block's; 0 = unbounded.
+	AccountMaxQueued  int `json:"account_max_queued,omitempty"`
+	AccountMaxRunning int `json:"account_max_running,omitempty"`
+}
+
+// PriceConfig is a pool's job price in whole credits.
+type PriceConfig struct {
+	// PerJob is charged once for every job that runs.
+	PerJob int64 `json:"per_job,omitempty"`
+	// PerSecond is charged per second the job's attempt ran (to the
+	// millisecond; the charge is rounded up to a whole credit).
+	PerSecond int64 `json:"per_second,omitempty"`
 }
 
 // ComfyUIWorker is one ComfyUI server of a comfyui pool.
@@ -105,11 +132,45 @@ func (a *App) validatePools() error {
 		default:
 			return fmt.Errorf("comfygate: pool %q has unknown kind %q (want builtin or comfyui)", p.Name, p.Kind)
 		}
+		if _, err := a.poolPrice(p); err != nil {
+			return err
+		}
+		if p.AccountMaxQueued < 0 || p.AccountMaxRunning < 0 {
+			return fmt.Errorf("comfygate: pool %q: account_max_queued and account_max_running must not be negative", p.Name)
+		}
 	}
 	if a.JobsConfig.DefaultPool != "" && !seen[a.JobsConfig.DefaultPool] && a.JobsConfig.DefaultPool != BuiltinPool {
 		return fmt.Errorf("comfygate: jobs default_pool %q is not a configured pool", a.JobsConfig.DefaultPool)
 	}
 	return nil
+}
+
+// poolPrice is the storage price of p's jobs, nil for a free pool.
+func (a *App) poolPrice(p *PoolConfig) (*storage.JobPrice, error) {
+	if p.Price == nil {
+		if p.MaxCharge != 0 {
+			return nil, fmt.Errorf("comfygate: pool %q: max_charge needs a price", p.Name)
+		}
+		return nil, nil
+	}
+	jp, err := credits.Price{PerJob: p.Price.PerJob, PerSecond: p.Price.PerSecond, MaxCharge: p.MaxCharge}.
+		JobPrice(time.Duration(a.JobsConfig.RunningBound))
+	if err != nil {
+		return nil, fmt.Errorf("comfygate: pool %q: %w", p.Name, err)
+	}
+	return &jp, nil
+}
+
+// accountBounds are p's per-account queued and running bounds.
+func (a *App) accountBounds(p *PoolConfig) (maxQueued, maxRunning int) {
+	maxQueued, maxRunning = p.AccountMaxQueued, p.AccountMaxRunning
+	if maxQueued == 0 {
+		maxQueued = a.JobsConfig.AccountMaxQueued
+	}
+	if maxRunning == 0 {
+		maxRunning = a.JobsConfig.AccountMaxRunning
+	}
+	return maxQueued, maxRunning
 }
 
 // HasPool reports whether name is a pool of this configuration.
@@ -135,7 +196,7 @@ func (a *App) PoolReady(name string) bool {
 }
 
 // poolExecutor is a pool's executor and how many attempts it runs at once
-// in this process.
+// in this process, with the pool's price and per-account bounds.
 type poolExecutor struct {
 	kind     string
 	exec     jobs.Executor
@@ -143,6 +204,9 @@ type poolExecutor struct {
 	start    func()
 	// workers reports a comfyui pool's workers; nil for a builtin pool.
 	workers func() []comfyui.WorkerState
+	price   *storage.JobPrice
+	// accountMaxQueued and accountMaxRunning: see PoolConfig.
+	accountMaxQueued, accountMaxRunning int
 }
 
 // PoolState is what this process knows of one pool now.
@@ -174,20 +238,27 @@ func (a *App) PoolStates() []PoolState {
 func (a *App) provisionPools() error {
 	a.executors = map[string]poolExecutor{}
 	for _, p := range a.poolsWithDefaults() {
+		var pe poolExecutor
 		switch p.Kind {
 		case KindBuiltin:
 			n := p.Concurrency
 			if n == 0 {
 				n = a.JobsConfig.Concurrency
 			}
-			a.executors[p.Name] = poolExecutor{kind: KindBuiltin, exec: new(jobs.BuiltinExecutor), capacity: n}
+			pe = poolExecutor{kind: KindBuiltin, exec: new(jobs.BuiltinExecutor), capacity: n}
 		case KindComfyUI:
-			pe, err := a.comfyUIPool(p)
-			if err != nil {
+			var err error
+			if pe, err = a.comfyUIPool(p); err != nil {
 				return err
 			}
-			a.executors[p.Name] = pe
 		}
+		price, err := a.poolPrice(p)
+		if err != nil {
+			return err
+		}
+		pe.price = price
+		pe.accountMaxQueued, pe.accountMaxRunning = a.accountBounds(p)
+		a.executors[p.Name] = pe
 	}
 	return nil
 }

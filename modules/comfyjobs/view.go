@@ -23,8 +23,18 @@ type jobJSON struct {
 	Outputs       []outputJSON    `json:"outputs"`
 	Error         json.RawMessage `json:"error"`
 	Metrics       metricsJSON     `json:"metrics"`
-	URLs          urlsJSON        `json:"urls"`
-	Logs          *logsJSON       `json:"logs,omitempty"`
+	// Cost is present only for a job of a priced pool (credits enabled);
+	// absent, not null, otherwise.
+	Cost *costJSON `json:"cost,omitempty"`
+	URLs urlsJSON  `json:"urls"`
+	Logs *logsJSON `json:"logs,omitempty"`
+}
+
+// costJSON is what a priced job reserved and, once it ended, was charged
+// (null until then).
+type costJSON struct {
+	Credits  *int64 `json:"credits"`
+	Reserved int64  `json:"reserved"`
 }
 
 // logsJSON is the run log: what the run printed, capped (truncated says
@@ -86,6 +96,9 @@ func jobView(j storage.Job, queuePos *int, links httpx.Links, now time.Time) job
 		Error:         orNull(j.Error),
 		Metrics:       metricsView(j, now),
 		URLs:          urlsJSON{Self: self, Events: self + "/events", Cancel: self + "/cancel"},
+	}
+	if c := j.Credits; c != nil {
+		v.Cost = &costJSON{Credits: c.Charged, Reserved: c.Reserved}
 	}
 	for _, o := range j.Outputs {
 		v.Outputs = append(v.Outputs, outputView(o, j.ID, links, now))

@@ -191,3 +191,40 @@ func TestOutputView(t *testing.T) {
 		})
 	}
 }
+
+// A priced job carries cost {credits, reserved}: credits null until it is
+// settled; a job of a free pool has no cost member at all.
+func TestJobViewCost(t *testing.T) {
+	charged := int64(7)
+	tests := []struct {
+		name    string
+		credits *storage.JobCredits
+		want    string
+	}{
+		{"free pool", nil, ""},
+		{"reserved", &storage.JobCredits{PerJob: 5, Reserved: 40}, `{"credits":null,"reserved":40}`},
+		{"settled", &storage.JobCredits{PerJob: 5, Reserved: 40, Charged: &charged}, `{"credits":7,"reserved":40}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(jobView(storage.Job{ID: "x", Status: storage.JobQueued, Credits: tt.credits}, nil, links(t), time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v map[string]json.RawMessage
+			if err := json.Unmarshal(b, &v); err != nil {
+				t.Fatal(err)
+			}
+			cost, ok := v["cost"]
+			if tt.want == "" {
+				if ok {
+					t.Fatalf("cost = %s, want no member", cost)
+				}
+				return
+			}
+			if string(cost) != tt.want {
+				t.Fatalf("cost = %s, want %s", cost, tt.want)
+			}
+		})
+	}
+}

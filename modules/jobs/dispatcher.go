@@ -31,6 +31,9 @@ type DispatcherConfig struct {
 	Lease time.Duration
 	// MaxAttempts is how many times a job is tried before it fails with worker_lost.
 	MaxAttempts int
+	// AccountMaxRunning bounds how many jobs of one account run at once in
+	// the pool, across every process; 0 means unbounded.
+	AccountMaxRunning int
 	// RunningBound expires a job that has been running longer than this.
 	RunningBound time.Duration
 	// PollInterval is the fallback poll of the queue when no wake-up arrives.
@@ -127,7 +130,8 @@ func (d *Dispatcher) work(ctx context.Context) {
 		case <-d.wake:
 		}
 		for ctx.Err() == nil {
-			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, blob.RemoveFunc(ctx, d.Blobs))
+			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, d.Config.AccountMaxRunning,
+				blob.RemoveFunc(ctx, d.Blobs))
 			if errors.Is(err, storage.ErrNotFound) {
 				break
 			}

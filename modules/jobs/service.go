@@ -35,6 +35,13 @@ type Config struct {
 	Pool string
 	// MaxQueued bounds the pool's queue; over it submit is 429 queue_full.
 	MaxQueued int
+	// AccountMaxQueued bounds one account's queue in the pool; over it that
+	// account's submit is 429 queue_full. 0 = unbounded.
+	AccountMaxQueued int
+	// Price, when set, prices the pool's jobs: each reserves Price.Reserve
+	// credits at submit (402 insufficient_credits when the account's
+	// balance cannot cover it) and is settled at its end.
+	Price *storage.JobPrice
 	// Retention is how long a job is kept after submission.
 	Retention time.Duration
 	// Limits bound a submitted body and graph.
@@ -112,8 +119,18 @@ func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []b
 		ExpiresAt:      s.now().Add(s.Config.Retention).UTC(),
 		IdempotencyKey: idem.KeyOf(ctx),
 		MaxQueued:      s.Config.MaxQueued,
+		// The bound and the price are per pool: the same for every job of
+		// a batch, so priced and bounded submissions still batch.
+		AccountMaxQueued: s.Config.AccountMaxQueued,
+		Price:            s.Config.Price,
 	})
 	switch {
+	case errors.Is(err, storage.ErrAccountQueueFull):
+		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
+			"your account's queue on this pool is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)
+	case errors.Is(err, storage.ErrInsufficientCredits):
+		return storage.Job{}, apierr.New(http.StatusPaymentRequired, "insufficient_credits",
+			fmt.Sprintf("your credit balance cannot cover this job's maximum charge of %d credits", s.Config.Price.Reserve))
 	case errors.Is(err, storage.ErrQueueFull):
 		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
 			"the queue is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)

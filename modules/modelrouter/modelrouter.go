@@ -51,7 +51,11 @@ type Handler struct {
 	// loopback partner addresses. Test switch only.
 	AllowInsecureUpstreams bool `json:"allow_insecure_upstreams,omitempty"`
 	// MaxInFlight, SpendCeilingCents, Rate and RequireCredits are every
-	// workspace's limits (0 = unlimited).
+	// workspace's limits (0 = unlimited). RequireCredits makes every call
+	// reserve its price (catalog cents, one credit each) from the credit
+	// ledger of the account whose id is the call's workspace (the JWT's
+	// workspace claim) and settle what the partner billed: the same ledger
+	// priced jobs draw from (`comfygate credits`).
 	MaxInFlight       int          `json:"max_in_flight,omitempty"`
 	SpendCeilingCents int64        `json:"spend_ceiling_cents,omitempty"`
 	Rate              []RateWindow `json:"rate,omitempty"`
@@ -136,7 +140,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.RedisPrefix == "" {
 		h.RedisPrefix = DefaultRedisPrefix
 	}
-	h.limitSet = limits.Limits{MaxInFlight: h.MaxInFlight, SpendCeilingCents: h.SpendCeilingCents, RequireCredits: h.RequireCredits}
+	// Credits live in the app's ledger, not in the limiter: the limiter
+	// checks in-flight calls, spend and rates; the calls service reserves
+	// and settles credits in the ledger (calls.Credits).
+	h.limitSet = limits.Limits{MaxInFlight: h.MaxInFlight, SpendCeilingCents: h.SpendCeilingCents}
 	for _, w := range h.Rate {
 		h.limitSet.Rate = append(h.limitSet.Rate, limits.Window{Name: w.Name, Period: time.Duration(w.Period), Max: w.Max})
 	}
@@ -151,8 +158,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	client := provider.NewClient(provider.Options{AllowInsecure: h.AllowInsecureUpstreams,
 		ResponseHeaderTimeout: headerTimeout(cat)})
+	var credits calls.Credits
+	if h.RequireCredits {
+		credits = appCredits{h.app}
+	}
 	h.service = calls.New(calls.Config{
-		Limiter: h.limiter, Limits: h.limitSet, Store: appRouterStore{h.app},
+		Limiter: h.limiter, Limits: h.limitSet, Credits: credits, Store: appRouterStore{h.app},
 		Adapters: provider.Adapters(client), CollectWindow: time.Duration(h.CollectWindow),
 		TakeoverAfter: time.Duration(h.TakeoverAfter), Logger: h.logger,
 	})

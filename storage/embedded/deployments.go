@@ -170,6 +170,9 @@ func (s *Store) CancelDeploymentJobs(ctx context.Context, deploymentID string) (
 		for i := range jobs {
 			if jobs[i].Status == storage.JobQueued {
 				jobs[i].Status, jobs[i].CompletedAt = storage.JobCanceled, &t
+				if jobs[i], err = settleJob(ctx, tx, jobs[i], false); err != nil { // a refund
+					return err
+				}
 			} else {
 				jobs[i].Status = storage.JobCanceling
 			}

@@ -16,7 +16,8 @@ var _ storage.JobStore = (*Store)(nil)
 
 // jobColumns is the SELECT list scanJob reads, in order.
 const jobColumns = `id, account_id, pool, status, workflow, created_at, started_at, completed_at,
-	expires_at, progress, error, attempt, coalesce(deployment_id, '')`
+	expires_at, progress, error, attempt, coalesce(deployment_id, ''),
+	price_per_job, price_per_second, reserved_credits, charged_credits`
 
 // assetColumnsA is assetColumns qualified for joins with job_outputs.
 const assetColumnsA = `a.id, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path, a.tags,
@@ -45,11 +46,13 @@ func nullJSON(b json.RawMessage) sql.NullString {
 	return sql.NullString{String: string(b), Valid: len(b) > 0}
 }
 
-// CreateJob records a queued job. The duplicate checks and the queue bound
-// are evaluated inside one write transaction, which the single writer
-// serializes, so concurrent creates cannot both pass the bound. A duplicate
-// ID or idempotency key wins over a full queue. The job's QueuePosition is
-// read in the same transaction, so it is exact.
+// CreateJob records a queued job. The duplicate checks, the queue bounds
+// and a priced job's reservation are evaluated inside one write
+// transaction, which the single writer serializes, so concurrent creates
+// can neither pass a bound nor overdraw a balance. A duplicate ID or
+// idempotency key wins over every refusal. The job's turn follows the
+// storage package's fair-share rule, and its QueuePosition is read in the
+// same transaction, so it is exact.
 func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	if j.ID == "" || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("embedded: CreateJob needs ID, AccountID and Pool")
@@ -57,10 +60,19 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	if !storage.ValidJSON(j.Workflow) {
 		return storage.Job{}, errors.New("embedded: CreateJob needs a valid JSON workflow")
 	}
+	if j.Price != nil && !j.Price.Valid() {
+		return storage.Job{}, errors.New("embedded: CreateJob: invalid price")
+	}
 	job := storage.Job{
 		ID: j.ID, AccountID: j.AccountID, Pool: j.Pool, DeploymentID: j.DeploymentID, Status: storage.JobQueued,
 		Workflow: append(json.RawMessage(nil), j.Workflow...), CreatedAt: now(),
 		ExpiresAt: j.ExpiresAt.UTC().Truncate(time.Microsecond), Outputs: []storage.Output{},
+	}
+	var perJob, perSecond, reserved sql.NullInt64
+	if p := j.Price; p != nil {
+		job.Credits = &storage.JobCredits{PerJob: p.PerJob, PerSecond: p.PerSecond, Reserved: p.Reserve}
+		perJob, perSecond, reserved = sql.NullInt64{Int64: p.PerJob, Valid: true},
+			sql.NullInt64{Int64: p.PerSecond, Valid: true}, sql.NullInt64{Int64: p.Reserve, Valid: true}
 	}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var dup bool
@@ -72,26 +84,36 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		if dup {
 			return storage.ErrDuplicate
 		}
-		if j.MaxQueued > 0 {
-			var queued int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE pool = ? AND status = 'queued'`,
-				j.Pool).Scan(&queued); err != nil {
-				return fmt.Errorf("embedded: count queued jobs: %w", err)
-			}
-			if queued >= j.MaxQueued {
-				return storage.ErrQueueFull
-			}
+		if err := checkQueueBounds(ctx, tx, j); err != nil {
+			return err
+		}
+		var turn int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(
+				(SELECT turn + 1 FROM jobs WHERE pool = ? AND account_id = ? AND status = 'queued'
+					ORDER BY turn DESC LIMIT 1),
+				(SELECT turn FROM jobs WHERE pool = ? AND status = 'queued' ORDER BY turn, created_at, id LIMIT 1), 0)`,
+			j.Pool, j.AccountID, j.Pool).Scan(&turn); err != nil {
+			return fmt.Errorf("embedded: job turn: %w", err)
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO jobs
-			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key, deployment_id)
-			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)`,
+			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key, deployment_id, turn,
+				price_per_job, price_per_second, reserved_credits)
+			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.ID, j.AccountID, j.Pool, string(j.Workflow), formatTime(job.CreatedAt),
-			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey), nullString(j.DeploymentID))
+			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey), nullString(j.DeploymentID), turn,
+			perJob, perSecond, reserved)
 		if isUniqueViolation(err) {
 			return fmt.Errorf("embedded: insert job: %w", storage.ErrDuplicate)
 		}
 		if err != nil {
 			return fmt.Errorf("embedded: insert job: %w", err)
+		}
+		if j.Price != nil {
+			e := storage.CreditEntry{AccountID: j.AccountID, Kind: storage.CreditReservation,
+				Amount: -j.Price.Reserve, JobID: j.ID}
+			if err := addEntry(ctx, tx, &e); err != nil {
+				return err
+			}
 		}
 		job.QueuePosition, err = queuePosition(ctx, tx, j.ID)
 		return err
@@ -100,6 +122,33 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		return storage.Job{}, err
 	}
 	return job, nil
+}
+
+// checkQueueBounds refuses j when its pool's queue or its account's queue
+// in the pool is at its bound.
+func checkQueueBounds(ctx context.Context, tx *sql.Tx, j storage.NewJob) error {
+	if j.MaxQueued > 0 {
+		var queued int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE pool = ? AND status = 'queued'`,
+			j.Pool).Scan(&queued); err != nil {
+			return fmt.Errorf("embedded: count queued jobs: %w", err)
+		}
+		if queued >= j.MaxQueued {
+			return storage.ErrQueueFull
+		}
+	}
+	if j.AccountMaxQueued > 0 {
+		var queued int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs
+			WHERE pool = ? AND account_id = ? AND status = 'queued' LIMIT ?)`,
+			j.Pool, j.AccountID, j.AccountMaxQueued).Scan(&queued); err != nil {
+			return fmt.Errorf("embedded: count the account's queued jobs: %w", err)
+		}
+		if queued >= j.AccountMaxQueued {
+			return storage.ErrAccountQueueFull
+		}
+	}
+	return nil
 }
 
 // GetJob returns the account's job with its outputs and, when it is
@@ -219,8 +268,8 @@ func (s *Store) CountJobs(ctx context.Context) (map[string]storage.PoolCounts, e
 	return counts, nil
 }
 
-// QueuePosition is the job's 1-based place among its pool's queued jobs,
-// oldest first; 0 when the job is not queued or does not exist.
+// QueuePosition is the job's 1-based place among its pool's queued jobs in
+// claim order; 0 when the job is not queued or does not exist.
 func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 	return queuePosition(ctx, s.read, id)
 }
@@ -230,8 +279,7 @@ func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 func queuePosition(ctx context.Context, q querier, id string) (int, error) {
 	var pos int
 	err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs q
-			WHERE q.pool = j.pool AND q.status = 'queued'
-			AND (q.created_at < j.created_at OR (q.created_at = j.created_at AND q.id <= j.id)))
+			WHERE q.pool = j.pool AND q.status = 'queued' AND (q.turn, q.created_at, q.id) <= (j.turn, j.created_at, j.id))
 		FROM jobs j WHERE j.id = ? AND j.status = 'queued'`, id).Scan(&pos)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
@@ -255,7 +303,10 @@ func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Jo
 			return fmt.Errorf("embedded: cancel job: %w", err)
 		}
 		var err error
-		job, err = loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID)
+		if job, err = loadJob(ctx, tx, `id = ? AND account_id = ?`, id, accountID); err != nil {
+			return err
+		}
+		job, err = settleJob(ctx, tx, job, false) // a queued job's refund
 		return err
 	})
 	return job, err
@@ -315,15 +366,23 @@ func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]sto
 // scanJob reads one row in jobColumns order.
 func scanJob(row scanner) (storage.Job, error) {
 	var (
-		j                      storage.Job
-		workflow               []byte
-		createdAt, expiresAt   string
-		startedAt, completedAt sql.NullString
-		progress, jobErr       sql.NullString
+		j                                 storage.Job
+		workflow                          []byte
+		createdAt, expiresAt              string
+		startedAt, completedAt            sql.NullString
+		progress, jobErr                  sql.NullString
+		perJob, perSecond, reserved, paid sql.NullInt64
 	)
 	if err := row.Scan(&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &createdAt, &startedAt,
-		&completedAt, &expiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID); err != nil {
+		&completedAt, &expiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID,
+		&perJob, &perSecond, &reserved, &paid); err != nil {
 		return storage.Job{}, err
+	}
+	if reserved.Valid {
+		j.Credits = &storage.JobCredits{PerJob: perJob.Int64, PerSecond: perSecond.Int64, Reserved: reserved.Int64}
+		if paid.Valid {
+			j.Credits.Charged = &paid.Int64
+		}
 	}
 	j.Workflow = append(json.RawMessage(nil), workflow...)
 	if progress.Valid {

@@ -11,31 +11,30 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-// ClaimJob leases the pool's oldest queued job (created_at, then id) to owner
-// for a new attempt. In the same write transaction it deletes the outputs of
-// earlier attempts and their assets, calling remove for blobs left without a
-// reference, and clears the earlier attempt's progress. The single writer
-// makes concurrent claimers take distinct jobs. Leases run on this process's
-// clock.
-func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, remove storage.BlobFunc) (storage.Job, error) {
+// ClaimJob leases the pool's next queued job in fair order (turn, then
+// created_at, then id; see the storage package's fair-share note) to owner
+// for a new attempt, passing over the accounts that already run
+// accountMaxRunning jobs of the pool when that is positive. In the same
+// write transaction it deletes the outputs of earlier attempts and their
+// assets, calling remove for blobs left without a reference, and clears
+// the earlier attempt's progress. The single writer makes concurrent
+// claimers take distinct jobs and count each other's. Leases run on this
+// process's clock.
+func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, accountMaxRunning int, remove storage.BlobFunc) (storage.Job, error) {
 	if remove == nil {
 		return storage.Job{}, errors.New("embedded: ClaimJob needs a remove func")
 	}
 	var job storage.Job
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		var id string
-		err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE pool = ? AND status = 'queued'
-			ORDER BY created_at, id LIMIT 1`, pool).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return storage.ErrNotFound
-		}
+		id, err := nextJob(ctx, tx, pool, accountMaxRunning)
 		if err != nil {
-			return fmt.Errorf("embedded: claim job: %w", err)
+			return err
 		}
 		t := now()
 		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
-				lease_owner = ?, lease_expires_at = ?, started_at = coalesce(started_at, ?), progress = NULL
-			WHERE id = ?`, owner, formatTime(t.Add(lease)), formatTime(t), id); err != nil {
+				lease_owner = ?, lease_expires_at = ?, started_at = coalesce(started_at, ?),
+				attempt_started_at = ?, progress = NULL
+			WHERE id = ?`, owner, formatTime(t.Add(lease)), formatTime(t), formatTime(t), id); err != nil {
 			return fmt.Errorf("embedded: claim job: %w", err)
 		}
 		if err := dropEarlierOutputs(ctx, tx, id, remove); err != nil {
@@ -45,6 +44,68 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		return err
 	})
 	return job, err
+}
+
+// nextJob is the id of the pool's next job to claim, or storage.ErrNotFound.
+// Without a running bound it is the first on jobs_turns. With one, the
+// accounts with queued work (in any pool) are walked one index probe at a
+// time (jobs_account_turns), each account's running jobs in the pool
+// counted no further than the bound, and the earliest head in the pool
+// among the accounts below it wins.
+func nextJob(ctx context.Context, tx *sql.Tx, pool string, accountMaxRunning int) (string, error) {
+	if accountMaxRunning <= 0 {
+		var id string
+		err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE pool = ? AND status = 'queued'
+			ORDER BY turn, created_at, id LIMIT 1`, pool).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", storage.ErrNotFound
+		}
+		if err != nil {
+			return "", fmt.Errorf("embedded: claim job: %w", err)
+		}
+		return id, nil
+	}
+	type head struct {
+		id, created string
+		turn        int64
+	}
+	var best *head
+	account := ""
+	for {
+		err := tx.QueryRowContext(ctx, `SELECT account_id FROM jobs WHERE status = 'queued' AND account_id > ?
+			ORDER BY account_id LIMIT 1`, account).Scan(&account)
+		if errors.Is(err, sql.ErrNoRows) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("embedded: claim job: %w", err)
+		}
+		var running int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs WHERE pool = ? AND account_id = ?
+			AND status IN ('running', 'canceling') LIMIT ?)`, pool, account, accountMaxRunning).Scan(&running); err != nil {
+			return "", fmt.Errorf("embedded: claim job: %w", err)
+		}
+		if running >= accountMaxRunning {
+			continue
+		}
+		var h head
+		err = tx.QueryRowContext(ctx, `SELECT id, turn, created_at FROM jobs WHERE account_id = ? AND pool = ?
+			AND status = 'queued' ORDER BY turn, created_at, id LIMIT 1`, account, pool).Scan(&h.id, &h.turn, &h.created)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // queued work in other pools only
+		}
+		if err != nil {
+			return "", fmt.Errorf("embedded: claim job: %w", err)
+		}
+		if best == nil || h.turn < best.turn || (h.turn == best.turn &&
+			(h.created < best.created || (h.created == best.created && h.id < best.id))) {
+			best = &h
+		}
+	}
+	if best == nil {
+		return "", storage.ErrNotFound
+	}
+	return best.id, nil
 }
 
 // dropEarlierOutputs deletes every output of job id (a new attempt has none
@@ -169,7 +230,9 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 }
 
 // FinishJob ends the attempt with status (succeeded, failed or canceled),
-// keeping jobErr only for failed, sets CompletedAt and drops the lease.
+// keeping jobErr only for failed, sets CompletedAt, drops the lease and, in
+// the same transaction, settles a priced job (not charged when jobErr names
+// a platform fault).
 func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (storage.Job, error) {
 	if err := checkFinish(status, jobErr); err != nil {
 		return storage.Job{}, err
@@ -188,7 +251,10 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 		if err := leaseHeld(res); err != nil {
 			return err
 		}
-		job, err = loadJob(ctx, tx, `id = ?`, id)
+		if job, err = loadJob(ctx, tx, `id = ?`, id); err != nil {
+			return err
+		}
+		job, err = settleJob(ctx, tx, job, status == storage.JobFailed && storage.PlatformFault(jobErr))
 		return err
 	})
 	return job, err
@@ -225,8 +291,11 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET `+handBack+`
 			WHERE status IN ('running', 'canceling') AND lease_expires_at < ?
 			RETURNING `+jobColumns,
-			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, t)
-		return err
+			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, maxAttempts, maxAttempts, t)
+		if err != nil {
+			return err
+		}
+		return settleHandedBack(ctx, tx, jobs)
 	})
 	storage.SortJobs(jobs)
 	return jobs, err
@@ -251,21 +320,48 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 					OR (status = 'running' AND started_at < ?)
 				ORDER BY created_at, id LIMIT ?)
 			RETURNING `+jobColumns, t, t, formatTime(runningBefore), limit)
-		return err
+		if err != nil {
+			return err
+		}
+		for i, j := range jobs {
+			if jobs[i], err = settleJob(ctx, tx, j, false); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	storage.SortJobs(jobs)
 	return jobs, err
 }
 
 // handBack is the SET clause that takes a job from an attempt that is gone:
-// canceling ends canceled, running goes back to the queue or, at the last
+// canceling ends canceled, running goes back to the queue (at the front:
+// its turn is at most the queue's front turn, so with its older created_at
+// it keeps its place; its attempt's start forgotten) or, at the last
 // attempt, fails. Its parameters are maxAttempts, maxAttempts, the error
-// object, maxAttempts and the completion time.
+// object, maxAttempts, the completion time, maxAttempts and maxAttempts.
 const handBack = `status = CASE WHEN status = 'canceling' THEN 'canceled'
 		WHEN attempt >= ? THEN 'failed' ELSE 'queued' END,
 	error = CASE WHEN status = 'running' AND attempt >= ? THEN ? ELSE error END,
 	completed_at = CASE WHEN status = 'canceling' OR attempt >= ? THEN ? ELSE NULL END,
-	lease_owner = NULL, lease_expires_at = NULL`
+	lease_owner = NULL, lease_expires_at = NULL,
+	attempt_started_at = CASE WHEN status = 'running' AND attempt < ? THEN NULL ELSE attempt_started_at END,
+	turn = CASE WHEN status = 'running' AND attempt < ? THEN min(turn,
+		coalesce((SELECT min(q.turn) FROM jobs q WHERE q.pool = jobs.pool AND q.status = 'queued'), turn))
+		ELSE turn END`
+
+// settleHandedBack settles the jobs a hand-back ended: a canceled one is
+// charged for the time it ran, a failed one (its worker lost: a platform
+// fault) is not.
+func settleHandedBack(ctx context.Context, tx *sql.Tx, jobs []storage.Job) error {
+	for i, j := range jobs {
+		var err error
+		if jobs[i], err = settleJob(ctx, tx, j, j.Status == storage.JobFailed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // ReleaseJob implements storage.JobStore.
 func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts int, jobErr json.RawMessage) (storage.Job, error) {
@@ -280,8 +376,11 @@ func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts 
 		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET `+handBack+`
 			WHERE `+ownsLease+`
 			RETURNING `+jobColumns,
-			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, id, attempt)
-		return err
+			maxAttempts, maxAttempts, nullJSON(jobErr), maxAttempts, t, maxAttempts, maxAttempts, id, attempt)
+		if err != nil {
+			return err
+		}
+		return settleHandedBack(ctx, tx, jobs)
 	})
 	if err != nil {
 		return storage.Job{}, err

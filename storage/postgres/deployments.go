@@ -117,11 +117,12 @@ func (s *Store) DeleteDeployment(ctx context.Context, id string) error {
 // CancelDeploymentJobs applies CancelJob's transitions to every open job of
 // the deployment in one statement.
 func (s *Store) CancelDeploymentJobs(ctx context.Context, deploymentID string) ([]storage.Job, error) {
-	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
-			status = CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END,
-			completed_at = CASE status WHEN 'queued' THEN now() ELSE completed_at END
-		WHERE deployment_id = $1 AND status IN ('queued', 'running')
-		RETURNING `+jobColumns, deploymentID)
+	// Queued jobs end here: settling refunds the priced ones (see CancelJob).
+	const canceled = `CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END`
+	jobs, err := queryJobs(ctx, s.pool, settling(`UPDATE jobs SET status = `+canceled+`,
+			completed_at = CASE status WHEN 'queued' THEN now() ELSE completed_at END,
+			`+chargeSet(canceled, `now()`, `false`)+`
+		WHERE deployment_id = $1 AND status IN ('queued', 'running')`), deploymentID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: cancel deployment jobs: %w", err)
 	}

@@ -18,7 +18,14 @@ var _ storage.JobStore = (*Store)(nil)
 // jobColumns is the select list scanJob reads, in order. The json columns
 // are read as text so the submitted bytes come back unchanged.
 const jobColumns = `id::text, account_id, pool, status, workflow::text, created_at, started_at,
-	completed_at, expires_at, progress::text, error::text, attempt, coalesce(deployment_id, '')`
+	completed_at, expires_at, progress::text, error::text, attempt, coalesce(deployment_id, '') AS deployment_id,
+	price_per_job, price_per_second, reserved_credits, charged_credits`
+
+// jobColumnNames names jobColumns' outputs, for a query that selects them
+// from a CTE that returned jobColumns.
+const jobColumnNames = `id, account_id, pool, status, workflow, created_at, started_at,
+	completed_at, expires_at, progress, error, attempt, deployment_id,
+	price_per_job, price_per_second, reserved_credits, charged_credits`
 
 // assetColumnsA is assetColumns qualified for joins with job_outputs.
 const assetColumnsA = `a.id::text, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path,
@@ -53,39 +60,112 @@ func jsonParam(b json.RawMessage) *string {
 	return &s
 }
 
-// createJobSQL inserts a queued job only when the pool has room, in one
-// autocommit statement, and returns the job with its queue position.
+// createJobSQL inserts a queued job when the pool and the account have
+// room and, for a priced job, the account's balance covers its reserve, in
+// one autocommit statement, and returns the job with its queue position.
+// Parameters: $1 id, $2 account, $3 pool, $4 workflow, $5 expires_at, $6
+// idempotency key, $7 the pool's bound, $8 the account's bound (<= 0:
+// none), $9 the reserve (<= 0: unpriced), $10 per job, $11 per second,
+// $12 the deployment ('' for none).
 //
 // q sums the pool's shard rows in queue_counts (migration 0004), which
 // triggers on jobs keep equal to its queued jobs: at most 64 rows whatever
 // the queue's length, read in the statement's snapshot (committed jobs
-// only). The job is inserted when that count is below $7, or when $7 <= 0
-// (unbounded); its position is that count + 1. q is referenced twice but
-// evaluated once, so the bound and the position agree. A bound that holds
-// nothing inserts no row: the statement returns no rows.
-const createJobSQL = `WITH q AS (
-		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3)
-	INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, deployment_id)
-	SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6, nullif($8, '') FROM q
-	WHERE $7::bigint <= 0 OR q.queued < $7::bigint
-	RETURNING ` + jobColumns + `, greatest((SELECT queued FROM q), 0) + 1`
+// only). ends and mine are index probes (jobs_turns, jobs_account_turns):
+// the pool's front and back turns and the account's last turn; the job's
+// turn follows the storage package's fair-share rule. The account's queued
+// count is read only under a bound, and counts no further than the bound.
+// paid takes the reserve from the balance (its row lock orders concurrent
+// reservations of one account; balance >= $9 is checked on the row as
+// locked, so they can never overdraw), and the job is inserted only if
+// every check passed, with its reservation entry. The one row returned
+// says why nothing was inserted (ins is then NULL): the pool or the
+// account was full, or else the balance was short.
+var createJobSQL = `WITH q AS (
+		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3),
+	` + queueEnds("$3") + `,
+	mine AS (SELECT ` + lastTurn("$3", "$2") + ` AS last,
+		CASE WHEN $8::bigint > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE pool = $3
+			AND account_id = $2 AND status = 'queued' LIMIT $8::bigint) x) ELSE 0 END AS queued),
+	v AS (SELECT $7::bigint > 0 AND q.queued >= $7::bigint AS pool_full,
+			$8::bigint > 0 AND mine.queued >= $8::bigint AS account_full,
+			coalesce(mine.last + 1, ends.front, 0) AS turn
+		FROM q, ends, mine),
+	paid AS (UPDATE credit_accounts SET balance = balance - $9::bigint, updated_at = now()
+		WHERE $9::bigint > 0 AND account_id = $2 AND balance >= $9::bigint
+			AND NOT (SELECT pool_full OR account_full FROM v)
+		RETURNING account_id),
+	ins AS (INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, turn,
+			price_per_job, price_per_second, reserved_credits, deployment_id)
+		SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6, v.turn, ` + priceValues("$9::bigint", "$10::bigint", "$11::bigint") + `,
+			nullif($12, '')
+		FROM v WHERE NOT v.pool_full AND NOT v.account_full AND ($9::bigint <= 0 OR EXISTS (SELECT 1 FROM paid))
+		RETURNING id, account_id, created_at, expires_at),
+	entry AS (INSERT INTO credit_entries (account_id, kind, amount, job_id)
+		SELECT account_id, 'reservation', -$9::bigint, id FROM ins WHERE $9::bigint > 0)
+	SELECT v.pool_full, v.account_full, ins.id::text, ins.created_at, ins.expires_at,
+		CASE WHEN ins.id IS NULL THEN 0 ELSE ` + positionOf("v.turn", "$3") + ` END
+	FROM v CROSS JOIN q CROSS JOIN ends LEFT JOIN ins ON true`
+
+// queueEnds is the CTE ends: pool's front and back turns, one probe each
+// of jobs_turns. The ORDER BY … LIMIT 1 form names that index's order:
+// with min()/max() the planner, on stale statistics, was seen aggregating
+// over every queued job on jobs_account_turns instead (O(queue)).
+func queueEnds(pool string) string {
+	return `ends AS (SELECT
+		(SELECT turn FROM jobs WHERE pool = ` + pool + ` AND status = 'queued'
+			ORDER BY turn, created_at, id LIMIT 1) AS front,
+		(SELECT turn FROM jobs WHERE pool = ` + pool + ` AND status = 'queued'
+			ORDER BY turn DESC, created_at DESC, id DESC LIMIT 1) AS back)`
+}
+
+// lastTurn is the account's last queued turn in pool (NULL when it has
+// none), one probe of jobs_account_turns.
+func lastTurn(pool, account string) string {
+	return `(SELECT turn FROM jobs WHERE pool = ` + pool + ` AND account_id = ` + account + ` AND status = 'queued'
+		ORDER BY turn DESC LIMIT 1)`
+}
+
+// priceValues is the price_per_job, price_per_second and reserved_credits
+// values of an insert: NULL for an unpriced job (reserve <= 0).
+func priceValues(reserve, perJob, perSecond string) string {
+	return `CASE WHEN ` + reserve + ` > 0 THEN ` + perJob + ` END, CASE WHEN ` + reserve + ` > 0 THEN ` + perSecond +
+		` END, CASE WHEN ` + reserve + ` > 0 THEN ` + reserve + ` END`
+}
+
+// positionOf is, for a job inserted at turn into pool (in a statement with
+// q and ends as in createJobSQL), the number of queued jobs ahead of it as
+// the statement read the queue: the whole queue (q, O(1)) when it joins at
+// the back, which is every job of a lone account; else the queued jobs at
+// its turn or before (O(position), only for a job that joins inside; the
+// range from the front makes the planner read it on jobs_turns).
+func positionOf(turn, pool string) string {
+	return `CASE WHEN ` + turn + ` >= coalesce(ends.back, ` + turn + `) THEN q.queued
+		ELSE (SELECT count(*) FROM jobs WHERE pool = ` + pool + ` AND status = 'queued'
+			AND turn BETWEEN ends.front AND ` + turn + `) END`
+}
 
 // CreateJob records a queued job in one autocommit statement: createJobSQL
 // when it is alone, or one createBatchSQL for many concurrent creates (see
 // jobs_batch.go); either way one round trip. Submissions are
 // not serialized: the insert's trigger holds one of the pool's 64 count
 // shards until commit, so only those that pick the same shard wait for
-// each other. Each reads the queue as last committed, so concurrent ones
-// may pass the bound by at most the number in flight, and none is refused
-// while there is room. A duplicate ID or idempotency key wins over a full
-// queue: when the pool has room the insert's unique violation reports it,
-// and a refusal for a full queue is checked for one before it is returned.
+// each other (and priced ones of one account on its balance row). Each
+// reads the queue as last committed, so concurrent ones may pass the
+// bounds by at most the number in flight, and none is refused while there
+// is room. A duplicate ID or idempotency key wins over a full queue or a
+// short balance: when the job can be inserted the insert's unique
+// violation reports it, and any refusal is checked for one before it is
+// returned.
 func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	if !isUUID(j.ID) || j.AccountID == "" || j.Pool == "" {
 		return storage.Job{}, errors.New("postgres: create job: needs a UUID ID, AccountID and Pool")
 	}
 	if !storage.ValidJSON(j.Workflow) {
 		return storage.Job{}, errors.New("postgres: create job: workflow is not valid JSON")
+	}
+	if j.Price != nil && !j.Price.Valid() {
+		return storage.Job{}, errors.New("postgres: create job: invalid price")
 	}
 	r := &createReq{j: j}
 	alone, err := s.creates.Do(ctx, r)
@@ -101,30 +181,64 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	return s.createOne(ctx, j)
 }
 
+// priceArgs are a NewJob's reserve, per-job and per-second figures (all 0
+// for an unpriced job).
+func priceArgs(j storage.NewJob) (reserve, perJob, perSecond int64) {
+	if j.Price == nil {
+		return 0, 0, 0
+	}
+	return j.Price.Reserve, j.Price.PerJob, j.Price.PerSecond
+}
+
+// newJobCredits is the Credits of a job just created from j.
+func newJobCredits(j storage.NewJob) *storage.JobCredits {
+	if j.Price == nil {
+		return nil
+	}
+	return &storage.JobCredits{PerJob: j.Price.PerJob, PerSecond: j.Price.PerSecond, Reserved: j.Price.Reserve}
+}
+
 // createOne writes j alone with createJobSQL.
 func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, error) {
 	var idemKey *string
 	if j.IdempotencyKey != "" {
 		idemKey = &j.IdempotencyKey
 	}
-	var pos int64
-	job, err := scanJob(s.pool.QueryRow(ctx, createJobSQL,
-		j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey, j.MaxQueued, j.DeploymentID), &pos)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return storage.Job{}, s.refuseFull(ctx, j, idemKey)
-	case err != nil:
+	reserve, perJob, perSecond := priceArgs(j)
+	var (
+		poolFull, accountFull bool
+		id                    *string
+		created, expires      *time.Time
+		ahead                 int64
+	)
+	err := s.pool.QueryRow(ctx, createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
+		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID).
+		Scan(&poolFull, &accountFull, &id, &created, &expires, &ahead)
+	if err != nil {
 		return storage.Job{}, mapErr("create job", err)
 	}
-	job.Outputs = []storage.Output{}
-	job.QueuePosition = int(pos)
-	return job, nil
+	if id == nil {
+		refusal := storage.ErrInsufficientCredits
+		switch {
+		case poolFull:
+			refusal = storage.ErrQueueFull
+		case accountFull:
+			refusal = storage.ErrAccountQueueFull
+		}
+		return storage.Job{}, s.refuse(ctx, j, idemKey, refusal)
+	}
+	return storage.Job{
+		ID: *id, AccountID: j.AccountID, Pool: j.Pool, DeploymentID: j.DeploymentID, Status: storage.JobQueued,
+		Workflow:  append(json.RawMessage(nil), j.Workflow...),
+		CreatedAt: created.UTC(), ExpiresAt: expires.UTC(), Outputs: []storage.Output{},
+		QueuePosition: int(ahead) + 1, Credits: newJobCredits(j),
+	}, nil
 }
 
-// refuseFull is the error for a create that found the queue full:
-// ErrDuplicate when the job's ID or idempotency key is already taken (that
-// answer wins over a full queue), else ErrQueueFull.
-func (s *Store) refuseFull(ctx context.Context, j storage.NewJob, idemKey *string) error {
+// refuse is the error for a create that was refused (queue full, account
+// queue full or insufficient credits): ErrDuplicate when the job's ID or
+// idempotency key is already taken (that answer wins), else refusal.
+func (s *Store) refuse(ctx context.Context, j storage.NewJob, idemKey *string, refusal error) error {
 	var dup bool
 	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)
 		OR EXISTS (SELECT 1 FROM jobs WHERE account_id = $2 AND idempotency_key = $3)`,
@@ -134,7 +248,7 @@ func (s *Store) refuseFull(ctx context.Context, j storage.NewJob, idemKey *strin
 	if dup {
 		return fmt.Errorf("postgres: create job: %w", storage.ErrDuplicate)
 	}
-	return storage.ErrQueueFull
+	return refusal
 }
 
 // GetJob returns the account's job with its outputs and, when it is
@@ -267,14 +381,14 @@ func (s *Store) CountJobs(ctx context.Context) (map[string]storage.PoolCounts, e
 }
 
 // queuePositionOfJ is the 1-based place of the job row j among its pool's
-// queued jobs, oldest first, or 0 when j is not queued. It counts the queue
-// ahead of j on the jobs_queue index: O(position).
+// queued jobs in claim order, or 0 when j is not queued. It counts the
+// queue ahead of j on the jobs_turns index: O(position).
 const queuePositionOfJ = `CASE WHEN j.status = 'queued' THEN (SELECT count(*) FROM jobs q
-	WHERE q.pool = j.pool AND q.status = 'queued' AND (q.created_at, q.id) <= (j.created_at, j.id))
+	WHERE q.pool = j.pool AND q.status = 'queued' AND (q.turn, q.created_at, q.id) <= (j.turn, j.created_at, j.id))
 	ELSE 0 END`
 
-// QueuePosition is the job's 1-based place among its pool's queued jobs,
-// oldest first; 0 when the job is not queued or does not exist.
+// QueuePosition is the job's 1-based place among its pool's queued jobs in
+// claim order; 0 when the job is not queued or does not exist.
 func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 	if !isUUID(id) {
 		return 0, nil
@@ -291,8 +405,9 @@ func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 	return pos, nil
 }
 
-// CancelJob moves a queued job to canceled and a running one to canceling;
-// any other job is returned unchanged. A claim racing the cancel is waited
+// CancelJob moves a queued job to canceled (settling a priced one: a
+// refund) and a running one to canceling; any other job is returned
+// unchanged. A claim racing the cancel is waited
 // for, and the cancel then applies to the running job.
 func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Job, error) {
 	if !isUUID(id) {
@@ -303,10 +418,12 @@ func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Jo
 		return storage.Job{}, mapErr("cancel job: begin", err)
 	}
 	defer rollback(ctx, tx)
-	if _, err := tx.Exec(ctx, `UPDATE jobs SET
-			status = CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END,
-			completed_at = CASE status WHEN 'queued' THEN now() ELSE completed_at END
-		WHERE id = $1 AND account_id = $2 AND status IN ('queued', 'running')`, id, accountID); err != nil {
+	// A queued job ends here and is refunded in the same statement.
+	const canceled = `CASE status WHEN 'queued' THEN 'canceled' ELSE 'canceling' END`
+	if _, err := tx.Exec(ctx, settling(`UPDATE jobs SET status = `+canceled+`,
+			completed_at = CASE status WHEN 'queued' THEN now() ELSE completed_at END,
+			`+chargeSet(canceled, `now()`, `false`)+`
+		WHERE id = $1 AND account_id = $2 AND status IN ('queued', 'running')`), id, accountID); err != nil {
 		return storage.Job{}, mapErr("cancel job", err)
 	}
 	job, err := loadJob(ctx, tx, `id = $1 AND account_id = $2`, id, accountID)
@@ -383,14 +500,19 @@ func queryJobs(ctx context.Context, q querier, query string, args ...any) ([]sto
 // query selects after jobColumns).
 func scanJob(row pgx.Row, extra ...any) (storage.Job, error) {
 	var (
-		j                storage.Job
-		workflow         string
-		progress, jobErr *string
+		j                                 storage.Job
+		workflow                          string
+		progress, jobErr                  *string
+		perJob, perSecond, reserved, paid *int64
 	)
 	dest := append([]any{&j.ID, &j.AccountID, &j.Pool, &j.Status, &workflow, &j.CreatedAt, &j.StartedAt,
-		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID}, extra...)
+		&j.CompletedAt, &j.ExpiresAt, &progress, &jobErr, &j.Attempt, &j.DeploymentID,
+		&perJob, &perSecond, &reserved, &paid}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return storage.Job{}, err
+	}
+	if reserved != nil {
+		j.Credits = &storage.JobCredits{PerJob: deref(perJob), PerSecond: deref(perSecond), Reserved: *reserved, Charged: paid}
 	}
 	j.Workflow = json.RawMessage(workflow)
 	if progress != nil {
@@ -424,6 +546,14 @@ func releaseOutputRows(ctx context.Context, tx pgx.Tx, accountID, id string) err
 		return mapErr("release asset outputs", err)
 	}
 	return nil
+}
+
+// deref is *p, or 0 for nil.
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // leaseInterval renders a lease for SQL arithmetic on the database clock.

@@ -297,3 +297,93 @@ func TestCanonicalUUID(t *testing.T) {
 		}
 	}
 }
+
+// Priced creates of two accounts in batches: each account's balance
+// covers what it covers and no more, a refused row gets its own exact
+// error, and every inserted row is paid for exactly once.
+func TestCreateJobBatchedPriced(t *testing.T) {
+	st := batchStore(t)
+	ctx := context.Background()
+	pool := uuid.NewString()
+	price := &storage.JobPrice{PerJob: 3, Reserve: 10}
+	for account, amount := range map[string]int64{"a": 7 * 10, "b": 1000} {
+		if _, err := st.GrantCredits(ctx, account, amount, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var jobs []storage.NewJob
+	for i := range 40 {
+		j := batchJob([]string{"a", "b"}[i%2], pool, "k-"+uuid.NewString())
+		j.Price = price
+		jobs = append(jobs, j)
+	}
+	got, errs, rows := createBatched(t, st, jobs)
+	if rows != len(jobs) {
+		t.Errorf("batches carried %d rows, want all %d", rows, len(jobs))
+	}
+	created := map[string]int{}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			created[jobs[i].AccountID]++
+			if got[i].Credits == nil || got[i].Credits.Reserved != 10 {
+				t.Errorf("create %d: credits %+v", i, got[i].Credits)
+			}
+		case jobs[i].AccountID == "a" && errors.Is(err, storage.ErrInsufficientCredits):
+		default:
+			t.Errorf("create %d (%s): %v", i, jobs[i].AccountID, err)
+		}
+	}
+	if created["a"] != 7 || created["b"] != 20 {
+		t.Fatalf("created %v, want a 7 and b 20", created)
+	}
+	for account, want := range map[string]int64{"a": 0, "b": 1000 - 20*10} {
+		var bal, sum, reservations int64
+		if err := st.pool.QueryRow(ctx, `SELECT (SELECT balance FROM credit_accounts WHERE account_id = $1),
+			(SELECT sum(amount) FROM credit_entries WHERE account_id = $1),
+			(SELECT count(*) FROM credit_entries WHERE account_id = $1 AND kind = 'reservation')`,
+			account).Scan(&bal, &sum, &reservations); err != nil {
+			t.Fatal(err)
+		}
+		if bal != want || sum != want || reservations != int64(created[account]) {
+			t.Errorf("%s: balance %d, entries sum %d, %d reservations; want %d, %d, %d",
+				account, bal, sum, reservations, want, want, created[account])
+		}
+	}
+}
+
+// One batch of two accounts' jobs behind a queue of a third: each account's
+// rows take consecutive turns from the queue's front, so the claim order
+// goes round-robin.
+func TestWriteBatchTurns(t *testing.T) {
+	st := batchStore(t)
+	pool := uuid.NewString()
+	for range 3 {
+		mustCreate(t, st, batchJob("c", pool, ""))
+	}
+	reqs := runBatch(st, batchJob("a", pool, ""), batchJob("a", pool, ""), batchJob("b", pool, ""))
+	for i, r := range reqs {
+		if !r.inserted {
+			t.Fatalf("row %d not inserted", i)
+		}
+	}
+	rows, err := st.pool.Query(context.Background(), `SELECT account_id, turn FROM jobs WHERE pool = $1
+		ORDER BY turn, created_at, id`, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for rows.Next() {
+		var account string
+		var turn int64
+		if err := rows.Scan(&account, &turn); err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, account+":"+string(rune('0'+turn)))
+	}
+	rows.Close()
+	// c's turns 0,1,2; a and b join at the front turn 0; a's second at 1.
+	if got := strings.Join(order, " "); got != "c:0 a:0 b:0 c:1 a:1 c:2" && got != "c:0 b:0 a:0 c:1 a:1 c:2" {
+		t.Fatalf("queue order %s", got)
+	}
+}

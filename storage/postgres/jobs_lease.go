@@ -13,13 +13,23 @@ import (
 	"github.com/comfygate/comfygate/storage"
 )
 
-// ClaimJob leases the pool's oldest queued job (created_at, then id) to owner
-// for a new attempt. The row is picked with FOR UPDATE SKIP LOCKED, so
-// concurrent claimers take distinct jobs without waiting on each other. Lease
-// and start times come from the database clock. In the same transaction the
-// outputs of earlier attempts are deleted with their assets (remove is called
-// for blobs left without a reference) and the earlier progress is cleared.
-func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, remove storage.BlobFunc) (storage.Job, error) {
+// ClaimJob leases the pool's next queued job in fair order (turn, then
+// created_at, then id; see the storage package's fair-share note) to owner
+// for a new attempt. Lease and start times come from the database clock.
+// In the same transaction the outputs of earlier attempts are deleted with
+// their assets (remove is called for blobs left without a reference) and
+// the earlier progress is cleared.
+//
+// Without a per-account bound the row is picked with FOR UPDATE SKIP
+// LOCKED on the jobs_turns index, so concurrent claimers take distinct jobs
+// without waiting on each other. With one (accountMaxRunning > 0) the
+// claimers of a pool take turns on a transaction-scoped advisory lock, so
+// that each counts the others' claims, and the job is the first in turn
+// order among the heads of the accounts below their bound: the accounts
+// with queued work are walked on jobs_account_turns (one index probe
+// each, not a scan of the queue) and their running jobs counted on
+// jobs_account_running, no further than the bound.
+func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Duration, accountMaxRunning int, remove storage.BlobFunc) (storage.Job, error) {
 	if remove == nil {
 		return storage.Job{}, errors.New("postgres: claim job: needs a remove func")
 	}
@@ -28,12 +38,21 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		return storage.Job{}, mapErr("claim job: begin", err)
 	}
 	defer rollback(ctx, tx)
+	pick := `(SELECT id FROM jobs WHERE pool = $1 AND status = 'queued'
+		ORDER BY turn, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)`
+	args := []any{pool, owner, leaseInterval(lease)}
+	if accountMaxRunning > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`, claimLockClass, pool); err != nil {
+			return storage.Job{}, mapErr("claim job: lock pool", err)
+		}
+		pick = `(` + fairPickSQL + `)`
+		args = append(args, accountMaxRunning)
+	}
 	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
 			lease_owner = $2, lease_expires_at = now() + $3::bigint * interval '1 microsecond',
-			started_at = coalesce(started_at, now()), progress = NULL
-		WHERE status = 'queued' AND id = (SELECT id FROM jobs WHERE pool = $1 AND status = 'queued'
-			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING `+jobColumns, pool, owner, leaseInterval(lease)))
+			started_at = coalesce(started_at, now()), attempt_started_at = now(), progress = NULL
+		WHERE status = 'queued' AND id = `+pick+`
+		RETURNING `+jobColumns, args...))
 	if err != nil {
 		return storage.Job{}, mapErr("claim job", err)
 	}
@@ -46,6 +65,30 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 	}
 	return job, nil
 }
+
+// claimLockClass is the first half of the advisory lock key that claimers
+// of one pool take when accounts have a running bound ("clai").
+const claimLockClass int32 = 0x636c6169
+
+// fairPickSQL is the id of pool $1's next job among the accounts with
+// fewer than $4 jobs running: accts walks the distinct accounts with
+// queued work in any pool (a loose index scan of jobs_account_turns, one
+// probe per account), heads takes each one's first job in the pool in turn
+// order (none for an account without work there), and the earliest head
+// wins.
+const fairPickSQL = `WITH RECURSIVE accts AS (
+		(SELECT account_id FROM jobs WHERE status = 'queued' ORDER BY account_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.account_id FROM jobs j WHERE j.status = 'queued' AND j.account_id > a.account_id
+			ORDER BY j.account_id LIMIT 1)
+		FROM accts a WHERE a.account_id IS NOT NULL)
+	SELECT h.id FROM accts a CROSS JOIN LATERAL (
+		SELECT id, turn, created_at FROM jobs j WHERE j.account_id = a.account_id AND j.pool = $1
+			AND j.status = 'queued' ORDER BY turn, created_at, id LIMIT 1) h
+	WHERE a.account_id IS NOT NULL
+		AND (SELECT count(*) FROM (SELECT 1 FROM jobs r WHERE r.pool = $1 AND r.account_id = a.account_id
+			AND r.status IN ('running', 'canceling') LIMIT $4::bigint) n) < $4::bigint
+	ORDER BY h.turn, h.created_at, h.id LIMIT 1`
 
 // dropEarlierOutputs deletes every output of job id (a new attempt has none
 // yet) with its asset, then releases the blob references in hash order, the
@@ -161,7 +204,9 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 }
 
 // FinishJob ends the attempt with status (succeeded, failed or canceled),
-// keeping jobErr only for failed, sets CompletedAt and drops the lease.
+// keeping jobErr only for failed, sets CompletedAt, drops the lease and, in
+// the same statement, settles a priced job (not charged when jobErr names
+// a platform fault).
 func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (storage.Job, error) {
 	switch status {
 	case storage.JobSucceeded, storage.JobFailed, storage.JobCanceled:
@@ -177,14 +222,15 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 	if !isUUID(id) {
 		return storage.Job{}, storage.ErrLeaseLost
 	}
+	fault := status == storage.JobFailed && storage.PlatformFault(jobErr)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return storage.Job{}, mapErr("finish job: begin", err)
 	}
 	defer rollback(ctx, tx)
-	tag, err := tx.Exec(ctx, `UPDATE jobs SET status = $3, error = $4::text::json, completed_at = now(),
-			lease_owner = NULL, lease_expires_at = NULL
-		WHERE `+ownsLease, id, attempt, status, jsonParam(jobErr))
+	tag, err := tx.Exec(ctx, settling(`UPDATE jobs SET status = $3, error = $4::text::json, completed_at = now(),
+			lease_owner = NULL, lease_expires_at = NULL, `+chargeSet(`$3::text`, `now()`, `$5::bool`)+`
+		WHERE `+ownsLease), id, attempt, status, jsonParam(jobErr), fault)
 	if err != nil {
 		return storage.Job{}, mapErr("finish job", err)
 	}
@@ -212,16 +258,10 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 	if len(jobErr) > 0 && !storage.ValidJSON(jobErr) {
 		return nil, errors.New("postgres: reclaim: error object is not valid JSON")
 	}
-	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
-			status = CASE WHEN status = 'canceling' THEN 'canceled'
-				WHEN attempt >= $2 THEN 'failed' ELSE 'queued' END,
-			error = CASE WHEN status = 'running' AND attempt >= $2 THEN $3::text::json ELSE error END,
-			completed_at = CASE WHEN status = 'canceling' OR attempt >= $2 THEN $1 ELSE NULL END,
-			lease_owner = NULL, lease_expires_at = NULL
+	jobs, err := queryJobs(ctx, s.pool, settling(`UPDATE jobs SET `+handBack("$2", "$3", "$1")+`
 		WHERE status IN ('running', 'canceling') AND lease_expires_at < $1
-			AND id IN (SELECT id FROM jobs WHERE status IN ('running', 'canceling') AND lease_expires_at < $1
-				FOR UPDATE SKIP LOCKED)
-		RETURNING `+jobColumns, now, max(maxAttempts, 1), jsonParam(jobErr))
+			AND id = ANY(ARRAY(SELECT id FROM jobs WHERE status IN ('running', 'canceling') AND lease_expires_at < $1
+				FOR UPDATE SKIP LOCKED))`), now, max(maxAttempts, 1), jsonParam(jobErr))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reclaim: %w", err)
 	}
@@ -232,27 +272,45 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 // ExpireJobs marks expired up to limit jobs: non-terminal ones whose
 // ExpiresAt is before now, and running ones started before runningBefore.
 // CompletedAt is set to now and any lease dropped. Rows another reaper holds
-// are skipped. Returned oldest first, without outputs.
+// are skipped. Returned oldest first, without outputs. The rows are picked
+// in an ARRAY(…) subquery, which runs once: an IN (… LIMIT … SKIP LOCKED)
+// may be run again per row and then take more than limit.
 func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]storage.Job, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	const due = `((status IN ('queued', 'running', 'canceling') AND expires_at < $1)
 		OR (status = 'running' AND started_at < $2))`
-	// The picked ids are a materialized CTE, read once: as a subquery the
-	// planner may rescan them after the update, when the rows just expired
-	// no longer qualify and the next ones would be picked too, passing limit.
-	jobs, err := queryJobs(ctx, s.pool, `WITH picked AS MATERIALIZED (SELECT id FROM jobs WHERE `+due+`
-			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE jobs SET status = 'expired', completed_at = $1,
-			lease_owner = NULL, lease_expires_at = NULL
-		WHERE `+due+` AND id IN (SELECT id FROM picked)
-		RETURNING `+jobColumns, now, runningBefore, limit)
+	jobs, err := queryJobs(ctx, s.pool, settling(`UPDATE jobs SET status = 'expired', completed_at = $1,
+			lease_owner = NULL, lease_expires_at = NULL, `+chargeSet(`'expired'`, `$1::timestamptz`, `false`)+`
+		WHERE `+due+` AND id = ANY(ARRAY(SELECT id FROM jobs WHERE `+due+`
+			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED))`), now, runningBefore, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: expire jobs: %w", err)
 	}
 	storage.SortJobs(jobs)
 	return jobs, nil
+}
+
+// handBack is the SET list that takes a job from an attempt that is gone:
+// canceling ends canceled (charged for the time it ran), running goes back
+// to the queue (at the front: its turn is at most the queue's front turn,
+// so with its older CreatedAt it keeps its place; its attempt's start
+// forgotten) or, at the last attempt, fails with the error errObj (worker lost: a platform
+// fault, not charged). maxAttempts, errObj and end are SQL expressions.
+func handBack(maxAttempts, errObj, end string) string {
+	status := `CASE WHEN status = 'canceling' THEN 'canceled'
+		WHEN attempt >= ` + maxAttempts + ` THEN 'failed' ELSE 'queued' END`
+	return `status = ` + status + `,
+		error = CASE WHEN status = 'running' AND attempt >= ` + maxAttempts + ` THEN ` + errObj + `::text::json ELSE error END,
+		completed_at = CASE WHEN status = 'canceling' OR attempt >= ` + maxAttempts + ` THEN ` + end + ` ELSE NULL END,
+		lease_owner = NULL, lease_expires_at = NULL,
+		` + chargeSet(status, end, `status = 'running'`) + `,
+		attempt_started_at = CASE WHEN status = 'running' AND attempt < ` + maxAttempts + ` THEN NULL
+			ELSE attempt_started_at END,
+		turn = CASE WHEN status = 'running' AND attempt < ` + maxAttempts + ` THEN least(turn,
+			coalesce((SELECT min(q.turn) FROM jobs q WHERE q.pool = jobs.pool AND q.status = 'queued'), turn))
+			ELSE turn END`
 }
 
 // ReleaseJob implements storage.JobStore.
@@ -263,14 +321,8 @@ func (s *Store) ReleaseJob(ctx context.Context, id string, attempt, maxAttempts 
 	if !isUUID(id) {
 		return storage.Job{}, storage.ErrLeaseLost
 	}
-	jobs, err := queryJobs(ctx, s.pool, `UPDATE jobs SET
-			status = CASE WHEN status = 'canceling' THEN 'canceled'
-				WHEN attempt >= $3 THEN 'failed' ELSE 'queued' END,
-			error = CASE WHEN status = 'running' AND attempt >= $3 THEN $4::text::json ELSE error END,
-			completed_at = CASE WHEN status = 'canceling' OR attempt >= $3 THEN now() ELSE NULL END,
-			lease_owner = NULL, lease_expires_at = NULL
-		WHERE `+ownsLease+`
-		RETURNING `+jobColumns, id, attempt, max(maxAttempts, 1), jsonParam(jobErr))
+	jobs, err := queryJobs(ctx, s.pool, settling(`UPDATE jobs SET `+handBack("$3", "$4", "now()")+`
+		WHERE `+ownsLease), id, attempt, max(maxAttempts, 1), jsonParam(jobErr))
 	if err != nil {
 		return storage.Job{}, fmt.Errorf("postgres: release: %w", err)
 	}

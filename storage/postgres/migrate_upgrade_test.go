@@ -68,7 +68,7 @@ func TestUpgradeToDeployments(t *testing.T) {
 		t.Errorf("GetJobLog of an old job = ok %v, %v; want none", ok, err)
 	}
 	// The queue still works: the old queued job is claimed and can log.
-	claimed, err := st.ClaimJob(ctx, "builtin", "w", time.Minute, func(string) error { return nil })
+	claimed, err := st.ClaimJob(ctx, "builtin", "w", time.Minute, 0, func(string) error { return nil })
 	if err != nil {
 		t.Fatalf("ClaimJob of an old queued job: %v", err)
 	}

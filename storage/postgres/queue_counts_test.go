@@ -84,7 +84,7 @@ func TestQueueCountsFollowEveryTransition(t *testing.T) {
 	}
 	claim := func(lease time.Duration) error {
 		var err error
-		claimed, err = st.ClaimJob(testCtx(t), pool, "worker", lease, fs.remove)
+		claimed, err = st.ClaimJob(testCtx(t), pool, "worker", lease, 0, fs.remove)
 		return err
 	}
 	release := func(maxAttempts int) error {
@@ -231,7 +231,7 @@ func TestQueueCountsUnderConcurrentTransitions(t *testing.T) {
 			if rand.IntN(2) == 0 {
 				lease = time.Microsecond
 			}
-			j, err := st.ClaimJob(testCtx(t), pool, "w", lease, fs.remove)
+			j, err := st.ClaimJob(testCtx(t), pool, "w", lease, 0, fs.remove)
 			if err == nil {
 				mu.Lock()
 				leases = append(leases, j)

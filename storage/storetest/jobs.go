@@ -83,7 +83,7 @@ func mustCreateJob(t *testing.T, st storage.Store, j storage.NewJob) storage.Job
 // mustClaim claims the pool's next job and fails the test on error.
 func mustClaim(t *testing.T, st storage.Store, fs *fakeFS, pool string) storage.Job {
 	t.Helper()
-	job, err := st.ClaimJob(ctx(t), pool, "worker-"+pool[:8], time.Minute, fs.remove)
+	job, err := st.ClaimJob(ctx(t), pool, "worker-"+pool[:8], time.Minute, 0, fs.remove)
 	if err != nil {
 		t.Fatalf("ClaimJob(%s): %v", pool, err)
 	}

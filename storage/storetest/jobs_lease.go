@@ -288,7 +288,7 @@ func testMaxAttemptsFails(t *testing.T, st storage.Store) {
 	if got := mustGetJob(t, st, account, job.ID); got.Status != storage.JobFailed || got.Attempt != 2 || string(got.Error) != string(jobErr) {
 		t.Errorf("GetJob of the failed job: status %s attempt %d error %s; want failed, 2, %s", got.Status, got.Attempt, got.Error, jobErr)
 	}
-	_, err := st.ClaimJob(ctx(t), pool, "w", time.Minute, fs.remove)
+	_, err := st.ClaimJob(ctx(t), pool, "w", time.Minute, 0, fs.remove)
 	wantNotFound(t, "ClaimJob after the job failed", err)
 	if got := reclaimAt(t, st, time.Now().Add(2*time.Hour), 2); len(got) != 0 {
 		t.Errorf("a second ReclaimExpired changed %d jobs, want 0", len(got))

@@ -66,7 +66,7 @@ func testClaimFIFO(t *testing.T, st storage.Store) {
 			}
 		}
 	}
-	_, err := st.ClaimJob(ctx(t), pool, "w", time.Minute, failRemove(t))
+	_, err := st.ClaimJob(ctx(t), pool, "w", time.Minute, 0, failRemove(t))
 	wantNotFound(t, "ClaimJob on an empty queue", err)
 	for _, id := range []string{newID(), "not-a-uuid"} {
 		if pos, err := st.QueuePosition(ctx(t), id); err != nil || pos != 0 {
@@ -93,7 +93,7 @@ func testConcurrentJobClaims(t *testing.T, st storage.Store) {
 		go func() {
 			defer wg.Done()
 			for {
-				j, err := st.ClaimJob(ctx(t), pool, fmt.Sprint("worker-", w), time.Minute, fs.remove)
+				j, err := st.ClaimJob(ctx(t), pool, fmt.Sprint("worker-", w), time.Minute, 0, fs.remove)
 				if errors.Is(err, storage.ErrNotFound) {
 					return
 				}
@@ -130,7 +130,7 @@ func testCancelStateMachine(t *testing.T, st storage.Store) {
 	if pos := mustGetJob(t, st, account, queued.ID).QueuePosition; pos != 0 {
 		t.Errorf("GetJob of a canceled job: QueuePosition = %d, want 0", pos)
 	}
-	_, err = st.ClaimJob(ctx(t), pool, "w", time.Minute, fs.remove)
+	_, err = st.ClaimJob(ctx(t), pool, "w", time.Minute, 0, fs.remove)
 	wantNotFound(t, "ClaimJob after the only queued job was canceled", err)
 
 	running := mustCreateJob(t, st, newJob(account, pool))

@@ -52,6 +52,9 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Deployments", deploymentCases},
 		{"DeploymentJobs", deploymentJobCases},
 		{"Native", nativeCases},
+		{"Credits", creditCases},
+		{"CreditJobs", creditJobCases},
+		{"FairShare", fairShareCases},
 	}
 	groups = append(groups, jobGroups...)
 	for _, g := range groups {

@@ -80,7 +80,7 @@ func seedJobs(t *testing.T, dsn string, n int) {
 				}
 				// Another seeder may have claimed this one: finish whichever
 				// comes, and leave the rest queued.
-				j, err := st.ClaimJob(ctx, pool, "seed", time.Minute, func(string) error { return nil })
+				j, err := st.ClaimJob(ctx, pool, "seed", time.Minute, 0, func(string) error { return nil })
 				if err == nil {
 					_, err = st.FinishJob(ctx, j.ID, j.Attempt, storage.JobSucceeded, nil)
 				}

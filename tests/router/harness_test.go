@@ -197,6 +197,44 @@ func (g *routerGateway) routerStore(t *testing.T) storage.RouterStore {
 	return s
 }
 
+// ledger is the gateway's credit ledger, where require_credits draws from:
+// the workspace of a call is the account of the same id.
+type ledger struct{ st storage.Store }
+
+// ledger opens the gateway's store for its credit ledger.
+func (g *routerGateway) ledger(t *testing.T) ledger {
+	t.Helper()
+	return ledger{g.routerStore(t).(storage.Store)}
+}
+
+// AddCredits grants cents (one credit each) to ws and returns the balance.
+func (l ledger) AddCredits(ctx context.Context, ws string, cents int64) (int64, error) {
+	if _, err := l.st.GrantCredits(ctx, ws, cents, "test"); err != nil {
+		return 0, err
+	}
+	return l.Balance(ctx, ws)
+}
+
+// Balance is ws's balance, which must be the sum of its ledger's entries.
+func (l ledger) Balance(ctx context.Context, ws string) (int64, error) {
+	bal, err := l.st.CreditBalance(ctx, ws)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := l.st.CreditLedger(ctx, ws, time.Time{})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, e := range entries {
+		sum += e.Amount
+	}
+	if sum != bal {
+		return 0, fmt.Errorf("balance %d, but the ledger's entries sum to %d", bal, sum)
+	}
+	return bal, nil
+}
+
 // claims builds a token's claims for workspace ws.
 type claims struct {
 	ws           string

@@ -94,7 +94,7 @@ func TestIdempotencyKey(t *testing.T) {
 			tok := token(t, claims{ws: ws})
 			url := g.URL + "/v1/models/acme/image"
 			if b.name == "postgres" {
-				if _, err := g.limiter(t).AddCredits(context.Background(), ws, 100); err != nil {
+				if _, err := g.ledger(t).AddCredits(context.Background(), ws, 100); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -116,7 +116,7 @@ func TestIdempotencyKey(t *testing.T) {
 			if b.name == "postgres" {
 				// The settle lands just after the answer; then the balance must
 				// stay at 93: one charge of 7 for the call and its replay.
-				l := g.limiter(t)
+				l := g.ledger(t)
 				eventually(t, 5*time.Second, "the charge", func() bool {
 					bal, err := l.Balance(context.Background(), ws)
 					return err == nil && bal == 93
@@ -164,7 +164,7 @@ func TestIdempotencyKey(t *testing.T) {
 				ptok := token(t, claims{ws: poor})
 				r := call(t, "POST", url, ptok, prompt, map[string]string{"Idempotency-Key": "release-1"})
 				wantBucket(t, "no credits", r, 402, "insufficient_credits")
-				if _, err := g.limiter(t).AddCredits(context.Background(), poor, 50); err != nil {
+				if _, err := g.ledger(t).AddCredits(context.Background(), poor, 50); err != nil {
 					t.Fatal(err)
 				}
 				r = call(t, "POST", url, ptok, prompt, map[string]string{"Idempotency-Key": "release-1"})

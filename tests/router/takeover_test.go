@@ -37,7 +37,7 @@ func TestKilledGatewayGenerationIsCollected(t *testing.T) {
 	g1 := startRouter(t, postgresBackend(), models, "require_credits\n\t\t\ttakeover_after 1s")
 	ws := "ws-crash"
 	tok := token(t, claims{ws: ws})
-	l := g1.limiter(t)
+	l := g1.ledger(t)
 	if _, err := l.AddCredits(context.Background(), ws, 100); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestKeylessDeadlineCompletedGenerationIsCharged(t *testing.T) {
 	g := startRouter(t, postgresBackend(), models, "require_credits")
 	ws := "ws-late"
 	tok := token(t, claims{ws: ws})
-	l := g.limiter(t)
+	l := g.ledger(t)
 	if _, err := l.AddCredits(context.Background(), ws, 100); err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,13 @@ const settleTimeout = 10 * time.Second
 
 // Config wires a Service.
 type Config struct {
-	Limiter  limits.Limiter
-	Limits   limits.Limits
+	Limiter limits.Limiter
+	// Limits are passed to the limiter; with Credits set, RequireCredits
+	// must be off (the ledger, not the limiter, holds the balance).
+	Limits limits.Limits
+	// Credits, when set, makes every call reserve its price from its
+	// workspace's credit ledger (402 insufficient_credits) and settle it.
+	Credits  Credits
 	Store    storage.RouterStore
 	Adapters map[catalog.Adapter]provider.Adapter
 	// CollectWindow: see DefaultCollectWindow (0 = default).
@@ -129,6 +134,7 @@ func (s *Service) sweep(ctx context.Context) {
 		} else if n > 0 {
 			s.log.Debug("router: swept expired idempotency keys", zap.Int("count", n))
 		}
+		s.sweepCredits(ctx)
 	}
 }
 
@@ -238,6 +244,11 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, call, s.cfg.Limits)
 	if err != nil {
 		e := admissionError(err)
+		s.refused(ctx, rec, keyed, e)
+		return nil, e
+	}
+	if e := s.reserveCredits(ctx, req); e != nil {
+		s.releaseLease(ctx, lease)
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}

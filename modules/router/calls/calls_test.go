@@ -108,10 +108,47 @@ func newFixture(t *testing.T, fake *fakeAdapter, lim limits.Limits) *fixture {
 	if fake.handle {
 		kind = catalog.AdapterFal
 	}
-	svc := New(Config{Limiter: mem, Limits: lim, Store: st, Adapters: map[catalog.Adapter]provider.Adapter{kind: fake}})
+	cfg := Config{Limiter: mem, Limits: lim, Store: st, Adapters: map[catalog.Adapter]provider.Adapter{kind: fake}}
+	if lim.RequireCredits {
+		// Credits come from the store's ledger, as the model_router module
+		// wires them; the limiter only checks the other limits.
+		cfg.Credits, cfg.Limits.RequireCredits = st, false
+	}
+	svc := New(cfg)
 	t.Cleanup(func() { svc.Wait(); svc.Close(); mem.Close(); st.Close() })
 	m := &catalog.Model{ID: "p/m", Adapter: kind, PriceCents: 5, Deadline: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond}
 	return &fixture{svc: svc, lim: mem, store: st, fake: fake, model: m}
+}
+
+// grant adds credits to the workspace's ledger.
+func (f *fixture) grant(t *testing.T, n int64) {
+	t.Helper()
+	if _, err := f.store.GrantCredits(context.Background(), "ws", n, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// balance is the workspace's ledger balance, checked against the sum of its
+// entries.
+func (f *fixture) balance(t *testing.T) int64 {
+	t.Helper()
+	ctx := context.Background()
+	bal, err := f.store.CreditBalance(ctx, "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := f.store.CreditLedger(ctx, "ws", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, e := range entries {
+		sum += e.Amount
+	}
+	if sum != bal {
+		t.Fatalf("balance %d, entries sum to %d", bal, sum)
+	}
+	return bal
 }
 
 var reqSeq atomic.Int64
@@ -133,7 +170,7 @@ func wantErr(t *testing.T, err error, status int, bucket string) *apierr.Error {
 func TestReplayIsNotChargedTwice(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: time.Millisecond}, limits.Limits{RequireCredits: true})
 	ctx := context.Background()
-	f.lim.AddCredits(ctx, "ws", 20)
+	f.grant(t, 20)
 	r1, err := f.svc.Call(ctx, f.req("k1", "fp"))
 	if err != nil || r1.Status != 200 || r1.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("first: %+v %v", r1, err)
@@ -143,7 +180,7 @@ func TestReplayIsNotChargedTwice(t *testing.T) {
 		t.Fatalf("replay: %+v %v", r2, err)
 	}
 	f.svc.Wait()
-	if bal, _ := f.lim.Balance(ctx, "ws"); bal != 15 {
+	if bal := f.balance(t); bal != 15 {
 		t.Errorf("balance %d, want 15 (one charge of 5)", bal)
 	}
 	if n := f.fake.submissions.Load(); n != 1 {
@@ -158,7 +195,7 @@ func TestRefusalReleasesKey(t *testing.T) {
 	ctx := context.Background()
 	_, err := f.svc.Call(ctx, f.req("k2", "fp"))
 	wantErr(t, err, 402, BucketInsufficient)
-	f.lim.AddCredits(ctx, "ws", 5)
+	f.grant(t, 5)
 	r, err := f.svc.Call(ctx, f.req("k2", "fp"))
 	if err != nil || r.Status != 200 || r.Header.Get("Idempotent-Replayed") != "" {
 		t.Fatalf("after the refusal: %+v %v", r, err)
@@ -219,7 +256,7 @@ func TestHTTPDeadlineConsumesKey(t *testing.T) {
 
 func TestClientDisconnectIsRecordedAndCharged(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: 100 * time.Millisecond}, limits.Limits{RequireCredits: true})
-	f.lim.AddCredits(context.Background(), "ws", 10)
+	f.grant(t, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	req := f.req("k5", "fp")
@@ -230,7 +267,7 @@ func TestClientDisconnectIsRecordedAndCharged(t *testing.T) {
 	if err != nil || rec.Bucket != BucketClientDisconnected || rec.ChargedCents != 5 || rec.State != storage.RouterAnswered {
 		t.Errorf("record %+v %v", rec, err)
 	}
-	if bal, _ := f.lim.Balance(context.Background(), "ws"); bal != 5 {
+	if bal := f.balance(t); bal != 5 {
 		t.Errorf("balance %d, want 5: the completed generation is charged", bal)
 	}
 	// The recorded answer is still collectable with the same key.

@@ -150,8 +150,11 @@ func (s *Service) takeOver(ctx context.Context, req Request, rec storage.RouterC
 		s.log.Info("router: a call without a collectable handle lost its gateway; its key is consumed",
 			zap.String("request_id", rec.RequestID))
 		s.record(ctx, rec, true, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
+		s.settleCredits(ctx, rec.RequestID, 0) // not charged, as the record says
 		return consumedError()
 	}
+	// The resumed lease settles the limiter's hold; the follower settles
+	// the call's credit reservation by its id (settle).
 	lease, err := limits.Resume(s.cfg.Limiter, rec.WorkspaceID, rec.RequestID, s.cfg.Limits.RequireCredits)
 	if err != nil {
 		return routerErr(http.StatusInternalServerError, BucketInternal, "the router failed to resume the call").WithCause(err)

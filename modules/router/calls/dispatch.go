@@ -220,9 +220,10 @@ func (s *Service) followKeyed(ctx context.Context, req Request, rec storage.Rout
 	switch {
 	case err != nil && s.bgCtx.Err() != nil:
 		// The service is closing: free the slot (no charge, no guard) and
-		// leave the record collecting with its handle; a same-key retry
-		// on any gateway takes it over and charges it.
-		s.settle(ctx, lease, 0)
+		// leave the record collecting with its handle, and its credits
+		// reserved; a same-key retry on any gateway takes it over and
+		// charges it.
+		s.releaseLease(ctx, lease)
 		s.log.Info("router: stopped following a generation; a same-key retry will collect it",
 			zap.String("request_id", rec.RequestID))
 	case err != nil:
@@ -279,13 +280,23 @@ func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provide
 	return err
 }
 
-// settle releases the lease on a detached, bounded context.
+// settle ends the call's hold on its limits and credits: the credit
+// reservation is settled for charged and the lease released, on detached,
+// bounded contexts.
 func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64) {
 	metrics.RouterSpendSettled.Add(float64(charged))
+	s.settleCredits(ctx, lease.ID, charged)
 	s.settleLease(ctx, lease, charged)
 }
 
-// settleLease is settle without counting the charge (a retry of one).
+// releaseLease releases the lease only, leaving the call's credits
+// reserved (for a call someone else will settle).
+func (s *Service) releaseLease(ctx context.Context, lease *limits.Lease) {
+	s.settleLease(ctx, lease, 0)
+}
+
+// settleLease releases the lease on a detached, bounded context, without
+// counting the charge (settle counts it once; a retry does not).
 func (s *Service) settleLease(ctx context.Context, lease *limits.Lease, charged int64) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
@@ -298,10 +309,13 @@ func (s *Service) settleLease(ctx context.Context, lease *limits.Lease, charged 
 	s.log.Warn("router: settling a lease failed; it expires on its own", zap.String("request_id", lease.ID), zap.Error(err))
 }
 
-// settleOrdered releases the lease with Lease.SettleOrdered; a failure is
-// retried in the background like settle.
+// settleOrdered settles the call's credits (synchronously, so that the
+// caller's next call sees the balance this one left) and releases the
+// lease with Lease.SettleOrdered; a failure of the release is retried in
+// the background like settle.
 func (s *Service) settleOrdered(lease *limits.Lease, charged int64) {
 	metrics.RouterSpendSettled.Add(float64(charged))
+	s.settleCredits(context.Background(), lease.ID, charged)
 	s.bg.Add(1)
 	lease.SettleOrdered(charged, func(err error) {
 		if err == nil {

@@ -39,6 +39,12 @@ func (f *fixture) orphan(t *testing.T, key, state string, handle []byte) storage
 	if err := f.store.UpdateRouterCall(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
+	if f.svc.cfg.Credits != nil {
+		// The dead gateway had reserved the call's credits.
+		if err := f.store.ReserveCallCredits(ctx, "ws", rec.RequestID, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return rec
 }
 
@@ -74,7 +80,7 @@ func TestStaleRunningRecord(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: 30 * time.Millisecond, handle: true}, limits.Limits{RequireCredits: true})
 	f.svc.cfg.TakeoverAfter = 50 * time.Millisecond
 	ctx := context.Background()
-	f.lim.AddCredits(ctx, "ws", 20)
+	f.grant(t, 20)
 	f.fake.mu.Lock()
 	f.fake.started["h-run"] = time.Now()
 	f.fake.mu.Unlock()
@@ -98,8 +104,9 @@ func TestStaleRunningRecord(t *testing.T) {
 	if got.State != storage.RouterAnswered || got.ChargedCents != 5 {
 		t.Errorf("taken-over record %+v: want answered, charged 5", got)
 	}
-	if bal, _ := f.lim.Balance(ctx, "ws"); bal != 15 {
-		t.Errorf("balance %d after the takeover, want 15: the takeover debits the charge", bal)
+	// 20 - 5 charged by the takeover - 5 each still reserved by run-0 and run-f.
+	if bal := f.balance(t); bal != 5 {
+		t.Errorf("balance %d after the takeover, want 5: the takeover settles the charge", bal)
 	}
 
 	// Without a handle: still within deadline + TakeoverAfter of its creation.
@@ -112,6 +119,9 @@ func TestStaleRunningRecord(t *testing.T) {
 	if got.State != storage.RouterConsumed {
 		t.Errorf("handle-less stale record state %q, want consumed", got.State)
 	}
+	if bal := f.balance(t); bal != 10 {
+		t.Errorf("balance %d after the consumed call, want 10: its reservation refunded", bal)
+	}
 	if n := f.fake.submissions.Load(); n != 0 {
 		t.Errorf("%d submissions, want 0", n)
 	}
@@ -123,18 +133,21 @@ func TestTakeoverDebitIsGuarded(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: 10 * time.Millisecond, handle: true}, limits.Limits{RequireCredits: true})
 	f.svc.cfg.TakeoverAfter = 50 * time.Millisecond
 	ctx := context.Background()
-	f.lim.AddCredits(ctx, "ws", 20)
+	f.grant(t, 20)
 	f.fake.mu.Lock()
 	f.fake.started["h-g"] = time.Now()
 	f.fake.mu.Unlock()
 	rec := f.orphan(t, "guard", storage.RouterCollecting, []byte(`{"kind":"fake","request_id":"h-g"}`))
 	// The owner settled, then died before writing the answer.
-	lease, err := f.lim.Admit(ctx, "ws", limits.Call{ID: rec.RequestID, Cents: 5}, limits.Limits{RequireCredits: true})
+	lease, err := f.lim.Admit(ctx, "ws", limits.Call{ID: rec.RequestID, Cents: 5}, limits.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.Settle(ctx, 5); err != nil {
 		t.Fatal(err)
+	}
+	if ok, err := f.store.SettleCallCredits(ctx, rec.RequestID, 5); err != nil || !ok {
+		t.Fatalf("the owner's settlement: %v, %v", ok, err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	r, err := f.svc.Call(ctx, f.req("guard", "fp"))
@@ -142,7 +155,7 @@ func TestTakeoverDebitIsGuarded(t *testing.T) {
 		t.Fatalf("takeover: %+v %v", r, err)
 	}
 	f.svc.Wait()
-	if bal, _ := f.lim.Balance(ctx, "ws"); bal != 15 {
+	if bal := f.balance(t); bal != 15 {
 		t.Errorf("balance %d, want 15: one debit", bal)
 	}
 }
@@ -165,7 +178,7 @@ func TestKeylessDeadlineCompletedBeforeCancelIsCharged(t *testing.T) {
 			// The first poll comes after the deadline: only the cancel sees the outcome.
 			f.model.PollInterval = 500 * time.Millisecond
 			ctx := context.Background()
-			f.lim.AddCredits(ctx, "ws", 20)
+			f.grant(t, 20)
 			req := f.req("", "")
 			_, err := f.svc.Call(ctx, req)
 			wantErr(t, err, http.StatusGatewayTimeout, BucketDeadline)
@@ -175,7 +188,7 @@ func TestKeylessDeadlineCompletedBeforeCancelIsCharged(t *testing.T) {
 			if err != nil || rec.ChargedCents != c.charged || rec.State != c.state {
 				t.Errorf("record %+v (%v): want %s, charged %d", rec, err, c.state, c.charged)
 			}
-			if bal, _ := f.lim.Balance(ctx, "ws"); bal != 20-c.charged {
+			if bal := f.balance(t); bal != 20-c.charged {
 				t.Errorf("balance %d, want %d", bal, 20-c.charged)
 			}
 			if f.fake.cancels.Load() != 1 {

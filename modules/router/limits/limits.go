@@ -1,7 +1,9 @@
 // Package limits is per-workspace admission control for model-router calls:
 // how many calls a workspace may have in flight, how many cents of partner
 // spend those calls may commit, windowed rate allowances, and an optional
-// credit balance.
+// credit balance. (model_router's require_credits does not use that
+// balance: it draws from the account credit ledger in storage, shared with
+// jobs; see calls.Credits.)
 //
 // The point is crash safety. Every admitted call is a lease with an expiry,
 // not a counter: a gateway killed mid-call leaves leases that expire within
