@@ -66,7 +66,7 @@ func jsonParam(b json.RawMessage) *string {
 // Parameters: $1 id, $2 account, $3 pool, $4 workflow, $5 expires_at, $6
 // idempotency key, $7 the pool's bound, $8 the account's bound (<= 0:
 // none), $9 the reserve (<= 0: unpriced), $10 per job, $11 per second,
-// $12 the deployment ('' for none).
+// $12 the deployment (” for none).
 //
 // q sums the pool's shard rows in queue_counts (migration 0004), which
 // triggers on jobs keep equal to its queued jobs: at most 64 rows whatever

@@ -49,7 +49,7 @@ const (
 // other), so a free batch carries none of the ledger's work. Parameters:
 // $1 pool, $2..$6 parallel arrays (id, account_id, workflow, expires_at,
 // idempotency_key), $7 the pool's bound and $8 the account's bound (<= 0:
-// none), $9 an array of deployment ids ('' for none), and for priced
+// none), $9 an array of deployment ids (” for none), and for priced
 // batches $10..$12 arrays (reserve, per job, per second).
 //
 // Like createJobSQL it reads the pool's queued count once (q) and admits

@@ -211,6 +211,9 @@ func testSettlementPerOutcome(t *testing.T, st storage.Store) {
 			}
 			return j
 		}, storage.JobCanceled, 0},
+		{"canceled while queued with its deployment", func(t *testing.T, id string) storage.Job {
+			return only(t, cancelDeployment(t, st), id)
+		}, storage.JobCanceled, 0},
 		{"canceled while running", func(t *testing.T, id string) storage.Job {
 			j := claimID(t, st, fs, pool, id)
 			if _, err := st.CancelJob(ctx(t), account, id); err != nil {
@@ -235,7 +238,9 @@ func testSettlementPerOutcome(t *testing.T, st storage.Store) {
 	}
 	balance := int64(1000)
 	for _, o := range outcomes {
-		job := mustCreateJob(t, st, pricedJob(account, pool, price))
+		j := pricedJob(account, pool, price)
+		j.DeploymentID = settleDeployment
+		job := mustCreateJob(t, st, j)
 		checkLedger(t, st, account, balance-50)
 		ended := o.end(t, job.ID)
 		if ended.Status != o.status {
@@ -310,6 +315,19 @@ func testUnpricedJobs(t *testing.T, st storage.Store) {
 	if entries := checkLedger(t, st, account, 5); len(entries) != 1 {
 		t.Fatalf("ledger = %+v, want the grant only", entries)
 	}
+}
+
+// settleDeployment is the deployment of testSettlementPerOutcome's jobs.
+const settleDeployment = "settle-dep"
+
+// cancelDeployment cancels settleDeployment's open jobs.
+func cancelDeployment(t *testing.T, st storage.Store) []storage.Job {
+	t.Helper()
+	jobs, err := st.CancelDeploymentJobs(ctx(t), settleDeployment)
+	if err != nil {
+		t.Fatalf("CancelDeploymentJobs: %v", err)
+	}
+	return jobs
 }
 
 // claimID claims the pool's next job, which must be id.
