@@ -77,7 +77,8 @@ const claimLockClass int32 = 0x636c6169
 // order (none for an account without work there), and the earliest head
 // wins.
 const fairPickSQL = `WITH RECURSIVE accts AS (
-		(SELECT account_id FROM jobs WHERE status = 'queued' ORDER BY account_id LIMIT 1)
+		(SELECT account_id FROM jobs WHERE status = 'queued' AND account_id IS NOT NULL
+			ORDER BY account_id LIMIT 1)
 		UNION ALL
 		SELECT (SELECT j.account_id FROM jobs j WHERE j.status = 'queued' AND j.account_id > a.account_id
 			ORDER BY j.account_id LIMIT 1)

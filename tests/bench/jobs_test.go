@@ -118,7 +118,7 @@ func TestBenchSubmitThroughput(t *testing.T) {
 	rounds := envInt("COMFYGATE_BENCH_ROUNDS", 3)
 	dur := time.Duration(envInt("COMFYGATE_BENCH_SECONDS", 5)) * time.Second
 	dsn := pgtest.DSN(t)
-	g, _ := startGateway(t, apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""))
+	g, gwPID := startGateway(t, apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""))
 	wf := chainWorkflow(10)
 	body := submitBody(wf)
 
@@ -197,13 +197,18 @@ func TestBenchSubmitThroughput(t *testing.T) {
 	ops := map[string]func() error{"gateway": rawOp, "gateway (net/http client)": submitOp,
 		"bare insert": func() error { return insert("bench_jobs") }, "bare create tx": createTx}
 	rate := map[string][]float64{}
-	var ratios, ratiosHTTP, ratiosTx []float64
+	var ratios, ratiosHTTP, ratiosTx, gwCPU []float64
 	for r := 0; r < rounds; r++ {
 		quiet(t)
 		got := map[string]float64{}
 		for i := range targets {
 			name := targets[(i+r)%len(targets)]
+			c0, _ := CPUTicks(gwPID)
 			perSec, failed := closedLoop(conc, dur, ops[name])
+			if c1, err := CPUTicks(gwPID); err == nil && name == "gateway" && perSec > 0 {
+				// Ticks are 10 ms: µs of gateway CPU per created job.
+				gwCPU = append(gwCPU, float64(c1-c0)*1e4/(perSec*dur.Seconds()))
+			}
 			if failed > 0 {
 				t.Logf("%s: %d failed ops (first: %v)", name, failed, firstErr.Load())
 			}
@@ -227,6 +232,9 @@ func TestBenchSubmitThroughput(t *testing.T) {
 	fmt.Fprintf(&sb, "| gateway / bare insert | %.2f [%.2f–%.2f] |\n", Median(ratios), slicesMin(ratios), slicesMax(ratios))
 	fmt.Fprintf(&sb, "| gateway (net/http client) / bare insert | %.2f [%.2f–%.2f] |\n", Median(ratiosHTTP), slicesMin(ratiosHTTP), slicesMax(ratiosHTTP))
 	fmt.Fprintf(&sb, "| gateway / bare create tx | %.2f [%.2f–%.2f] |\n", Median(ratiosTx), slicesMin(ratiosTx), slicesMax(ratiosTx))
+	if len(gwCPU) > 0 {
+		fmt.Fprintf(&sb, "| gateway CPU per job (raw client) | %.0f µs [%.0f–%.0f] |\n", Median(gwCPU), slicesMin(gwCPU), slicesMax(gwCPU))
+	}
 	t.Log(sb.String())
 }
 

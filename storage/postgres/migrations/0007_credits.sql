@@ -66,10 +66,12 @@ ALTER TABLE jobs
 CREATE INDEX jobs_turns ON jobs (pool, turn, created_at, id) WHERE status = 'queued';
 DROP INDEX jobs_queue;
 -- An account's queue in a pool: its last turn, its queued count
--- (AccountMaxQueued), and the accounts with queued work. The account leads
--- so that no query of a whole pool's queue can take this index for
--- jobs_turns (the planner did, on stale statistics, and read every queued
--- job to find the first).
-CREATE INDEX jobs_account_turns ON jobs (account_id, pool, turn) WHERE status = 'queued';
+-- (AccountMaxQueued), and the accounts with queued work. The account leads,
+-- and the predicate names it (account_id is never NULL), so that only a
+-- query about an account can use this index: a query of a whole pool's
+-- queue must take jobs_turns. (With stale statistics the planner was seen
+-- reading every queued job on this index to find a pool's first.)
+CREATE INDEX jobs_account_turns ON jobs (account_id, pool, turn)
+    WHERE status = 'queued' AND account_id IS NOT NULL;
 -- An account's running jobs in a pool (accountMaxRunning).
 CREATE INDEX jobs_account_running ON jobs (pool, account_id) WHERE status IN ('running', 'canceling');
