@@ -1,4 +1,4 @@
--- 0007: the credit ledger, job prices and settlement, and fair-share turns.
+-- 0008: the credit ledger, job prices and settlement, and fair-share turns.
 --
 -- An account's balance is the sum of its ledger entries. credit_accounts
 -- keeps that sum as a column so that a reservation checks and takes it in

@@ -1,4 +1,4 @@
--- 0006: the credit ledger, job prices and settlement, and fair-share turns.
+-- 0007: the credit ledger, job prices and settlement, and fair-share turns.
 -- Timestamps use the 0001 text layout, so text order is time order.
 --
 -- An account's balance is the sum of its ledger entries; credit_accounts
