@@ -201,10 +201,16 @@ func (g *routerGateway) routerStore(t *testing.T) storage.RouterStore {
 // the workspace of a call is the account of the same id.
 type ledger struct{ st storage.Store }
 
-// ledger opens the gateway's store for its credit ledger.
+// ledger opens the gateway's store for its credit ledger, migrated: the
+// gateway opens and migrates its storage in the background, so its tables
+// may not exist yet when it starts answering.
 func (g *routerGateway) ledger(t *testing.T) ledger {
 	t.Helper()
-	return ledger{g.routerStore(t).(storage.Store)}
+	st := g.routerStore(t).(storage.Store)
+	if err := st.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ledger{st}
 }
 
 // AddCredits grants cents (one credit each) to ws and returns the balance.
