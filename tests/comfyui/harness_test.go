@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"testing"
 	"time"
@@ -104,17 +102,7 @@ func (s *stack) running() *comfyuipeer.Peer {
 // uploadAsset uploads a PNG as the caller's asset and returns its id.
 func uploadAsset(t *testing.T, g *gateway.Gateway, data []byte, filePath string) string {
 	t.Helper()
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	_ = w.WriteField("content_type", "image/png")
-	_ = w.WriteField("file_path", filePath)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="file"; filename=%q`, filePath))
-	h.Set("Content-Type", "application/octet-stream")
-	pw, _ := w.CreatePart(h)
-	pw.Write(data)
-	w.Close()
-	r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/assets", &buf, map[string]string{"Content-Type": w.FormDataContentType(), "Idempotency-Key": uuid.NewString()})
+	r := gateway.Upload(t, http.DefaultClient, g.URL, data, filePath, "image/png", map[string]string{"Idempotency-Key": uuid.NewString()})
 	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
 		t.Fatalf("upload: %d %s", r.Status, r.Body)
 	}

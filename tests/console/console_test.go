@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,7 +62,9 @@ http://:{PORT} {
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
 	g := gateway.Start(t, consoleSite(), gateway.Options{})
-	upload(t, g, gateway.GradientPNG(t, 96), "console.png")
+	if r := gateway.Upload(t, http.DefaultClient, g.URL, gateway.GradientPNG(t, 96), "console.png", "image/png", nil); r.Status != http.StatusCreated {
+		t.Fatalf("upload: %d %s", r.Status, r.Body)
+	}
 
 	if r := gateway.Do(t, http.MethodGet, g.URL+"/console/api/jobs", nil,
 		map[string]string{"Authorization": "Bearer not-the-token"}); r.Status != http.StatusUnauthorized {
@@ -107,8 +108,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, ctx, `document.querySelector("#pools .card") !== null`)
 	eval[bool](t, ctx, `(window.__sameDocument = true)`)
 
-	blocker := submit(t, g, slowWorkflow(6))
-	target := submit(t, g, invertWorkflow("console.png"))
+	blocker := submit(t, g, gateway.BlurWorkflow(6))
+	target := submit(t, g, gateway.InvertWorkflow("console.png", "console"))
 	row := fmt.Sprintf(`document.querySelector('tr[data-job=%q]')`, target)
 	seen := map[string]bool{}
 	canceled := false
@@ -213,21 +214,6 @@ func saveArtifact(t *testing.T, name string, data []byte) {
 	t.Logf("artifact: %s", p)
 }
 
-func upload(t *testing.T, g *gateway.Gateway, data []byte, name string) {
-	t.Helper()
-	var body bytes.Buffer
-	w := multipart.NewWriter(&body)
-	_ = w.WriteField("content_type", "image/png")
-	_ = w.WriteField("file_path", name)
-	part, _ := w.CreateFormFile("file", name)
-	part.Write(data)
-	w.Close()
-	if r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/assets", &body,
-		map[string]string{"Content-Type": w.FormDataContentType()}); r.Status != http.StatusCreated {
-		t.Fatalf("upload: %d %s", r.Status, r.Body)
-	}
-}
-
 func submit(t *testing.T, g *gateway.Gateway, wf map[string]any) string {
 	t.Helper()
 	raw, _ := json.Marshal(map[string]any{"workflow": wf})
@@ -236,29 +222,4 @@ func submit(t *testing.T, g *gateway.Gateway, wf map[string]any) string {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
 	return r.JSON(t)["id"].(string)
-}
-
-func node(class string, inputs map[string]any) map[string]any {
-	return map[string]any{"class_type": class, "inputs": inputs}
-}
-
-func invertWorkflow(image string) map[string]any {
-	return map[string]any{
-		"1": node("LoadImage", map[string]any{"image": image}),
-		"2": node("ImageInvert", map[string]any{"image": []any{"1", 0}}),
-		"3": node("SaveImage", map[string]any{"filename_prefix": "console", "images": []any{"2", 0}}),
-	}
-}
-
-// slowWorkflow keeps the one worker slot busy with blurs until canceled.
-func slowWorkflow(blurs int) map[string]any {
-	wf := map[string]any{"1": node("EmptyImage", map[string]any{"width": 1024, "height": 1024, "batch_size": 1, "color": 0x336699})}
-	prev := "1"
-	for i := 2; i <= blurs+1; i++ {
-		id := fmt.Sprint(i)
-		wf[id] = node("ImageBlur", map[string]any{"image": []any{prev, 0}, "blur_radius": 31, "sigma": 10})
-		prev = id
-	}
-	wf["900"] = node("SaveImage", map[string]any{"filename_prefix": "slow", "images": []any{prev, 0}})
-	return wf
 }

@@ -51,8 +51,8 @@ http://:{PORT} {
 	key := gateway.CreateAPIKey(t, g, "acme")
 
 	raw, _ := json.Marshal(map[string]any{"workflow": map[string]any{
-		"1": node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
-		"2": node("SaveImage", map[string]any{"filename_prefix": "log", "images": []any{"1", 0}})}})
+		"1": gateway.Node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
+		"2": gateway.Node("SaveImage", map[string]any{"filename_prefix": "log", "images": []any{"1", 0}})}})
 	r := gateway.Do(t, http.MethodPost, g.URL+"/deployment/acme-logs/api/v2/jobs", bytes.NewReader(raw),
 		map[string]string{"Content-Type": "application/json", "Authorization": "Bearer " + key})
 	if r.Status != http.StatusCreated {

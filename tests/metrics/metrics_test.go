@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -87,9 +86,9 @@ func TestSeriesMoveExactly(t *testing.T) {
 	upload(t, g, bytes.Repeat([]byte("x"), 2<<20), "big.png", http.StatusRequestEntityTooLarge)
 
 	// Jobs: a blocker runs while the next ones queue behind it.
-	blocker := submit(t, g, slowWorkflow(8), "")
+	blocker := submit(t, g, gateway.BlurWorkflow(8), "")
 	waitStatus(t, g, blocker, "running")
-	queuedCancel := submit(t, g, slowWorkflow(1), "")
+	queuedCancel := submit(t, g, gateway.BlurWorkflow(1), "")
 	failed := submit(t, g, loadWorkflow("broken.png"), "key-1")
 	if r := post(t, g.URL+"/api/v2/jobs", map[string]any{"workflow": loadWorkflow("broken.png")}, "key-1"); r.Status != 422 {
 		t.Errorf("reused key: %d %s", r.Status, r.Body)
@@ -108,8 +107,8 @@ func TestSeriesMoveExactly(t *testing.T) {
 	cancel(t, g, blocker)
 	waitStatus(t, g, blocker, "canceled")
 	waitStatus(t, g, failed, "failed")
-	succeeded := submit(t, g, map[string]any{"1": node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
-		"2": node("SaveImage", map[string]any{"filename_prefix": "m", "images": []any{"1", 0}})}, "")
+	succeeded := submit(t, g, map[string]any{"1": gateway.Node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
+		"2": gateway.Node("SaveImage", map[string]any{"filename_prefix": "m", "images": []any{"1", 0}})}, "")
 	waitStatus(t, g, succeeded, "succeeded")
 
 	// Router: answered, partner failure, a call refused while another of
@@ -213,8 +212,8 @@ http://:{PORT} {
 	a, adminA := startGateway(t, cfg, gateway.Options{})
 	_, adminB := startGateway(t, cfg, gateway.Options{})
 	for range 7 {
-		submit(t, a, map[string]any{"1": node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
-			"2": node("SaveImage", map[string]any{"filename_prefix": "q", "images": []any{"1", 0}})}, "")
+		submit(t, a, map[string]any{"1": gateway.Node("EmptyImage", map[string]any{"width": 8, "height": 8, "batch_size": 1, "color": 0}),
+			"2": gateway.Node("SaveImage", map[string]any{"filename_prefix": "q", "images": []any{"1", 0}})}, "")
 	}
 	for _, admin := range []string{adminA, adminB} {
 		s := scrapeAt(t, admin)
@@ -256,28 +255,11 @@ func routerCall(t *testing.T, g *gateway.Gateway, model, tok string) gateway.Res
 		map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"})
 }
 
-func node(class string, inputs map[string]any) map[string]any {
-	return map[string]any{"class_type": class, "inputs": inputs}
-}
-
 func loadWorkflow(image string) map[string]any {
 	return map[string]any{
-		"1": node("LoadImage", map[string]any{"image": image}),
-		"2": node("SaveImage", map[string]any{"filename_prefix": "m", "images": []any{"1", 0}}),
+		"1": gateway.Node("LoadImage", map[string]any{"image": image}),
+		"2": gateway.Node("SaveImage", map[string]any{"filename_prefix": "m", "images": []any{"1", 0}}),
 	}
-}
-
-// slowWorkflow holds the worker slot with large blurs until canceled.
-func slowWorkflow(blurs int) map[string]any {
-	wf := map[string]any{"1": node("EmptyImage", map[string]any{"width": 1024, "height": 1024, "batch_size": 1, "color": 0})}
-	prev := "1"
-	for i := 2; i <= blurs+1; i++ {
-		id := fmt.Sprint(i)
-		wf[id] = node("ImageBlur", map[string]any{"image": []any{prev, 0}, "blur_radius": 31, "sigma": 10})
-		prev = id
-	}
-	wf["900"] = node("SaveImage", map[string]any{"filename_prefix": "slow", "images": []any{prev, 0}})
-	return wf
 }
 
 func post(t *testing.T, url string, body any, key string) gateway.Response {
@@ -313,13 +295,7 @@ func waitStatus(t *testing.T, g *gateway.Gateway, id, want string) {
 
 func upload(t *testing.T, g *gateway.Gateway, data []byte, name string, want int) {
 	t.Helper()
-	var body bytes.Buffer
-	boundary := "metrics-test-boundary"
-	fmt.Fprintf(&body, "--%s\r\nContent-Disposition: form-data; name=\"content_type\"\r\n\r\nimage/png\r\n", boundary)
-	fmt.Fprintf(&body, "--%s\r\nContent-Disposition: form-data; name=\"file_path\"\r\n\r\n%s\r\n", boundary, name)
-	fmt.Fprintf(&body, "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=%q\r\n\r\n%s\r\n--%s--\r\n", boundary, name, data, boundary)
-	r := gateway.Do(t, http.MethodPost, g.URL+"/api/v2/assets", &body, map[string]string{"Content-Type": "multipart/form-data; boundary=" + boundary})
-	if r.Status != want {
+	if r := gateway.Upload(t, http.DefaultClient, g.URL, data, name, "image/png", nil); r.Status != want {
 		t.Fatalf("upload %s: %d %s", name, r.Status, r.Body)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -221,17 +220,7 @@ func run(t *testing.T, bin string, args ...string) string {
 // uploadAsset uploads data as an image/png asset and returns its id.
 func uploadAsset(t *testing.T, base, filePath string, data []byte) string {
 	t.Helper()
-	var body bytes.Buffer
-	w := multipart.NewWriter(&body)
-	_ = w.WriteField("content_type", "image/png")
-	_ = w.WriteField("file_path", filePath)
-	f, err := w.CreateFormFile("file", filePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write(data)
-	w.Close()
-	return createdID(t, "upload", gateway.Do(t, http.MethodPost, base+"/api/v2/assets", &body, map[string]string{"Content-Type": w.FormDataContentType()}))
+	return createdID(t, "upload", gateway.Upload(t, http.DefaultClient, base, data, filePath, "image/png", nil))
 }
 
 // submitInvert submits LoadImage(image) → ImageInvert → SaveImage and

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/comfygate/comfygate/tests/browser"
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // followScript opens an EventSource on the job's stream (same origin as
@@ -53,8 +54,8 @@ func TestBrowserEventSource(t *testing.T) {
 	s := startSite(t, "")
 	ctl := s.client(t, h2, clientOptions{})
 	job := s.submit(t, ctl, map[string]any{
-		"1": node("SlowNode", map[string]any{"steps": 2, "step_ms": 12000}),
-		"2": node("TextOutput", map[string]any{"text": "done"}),
+		"1": gateway.Node("SlowNode", map[string]any{"steps": 2, "step_ms": 12000}),
+		"2": gateway.Node("TextOutput", map[string]any{"text": "done"}),
 	})
 
 	ctx := browser.New(t, browser.Options{TrustCertOf: fmt.Sprintf("127.0.0.1:%d", s.g.Port), TLS: s.g.TLSConfig(t)})

@@ -243,5 +243,5 @@ func node(class string, inputs map[string]any) map[string]any {
 
 // busyWorkflow keeps the peer busy for steps×stepMS.
 func busyWorkflow(steps, stepMS int) map[string]any {
-	return map[string]any{"1": node("SlowNode", map[string]any{"steps": steps, "step_ms": stepMS})}
+	return map[string]any{"1": gateway.Node("SlowNode", map[string]any{"steps": steps, "step_ms": stepMS})}
 }

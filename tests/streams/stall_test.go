@@ -37,7 +37,7 @@ func TestStalledClientIsCut(t *testing.T) {
 			s := startSite(t, "max_streams 4")
 			ctl := s.client(t, h2, clientOptions{})
 			job := s.submit(t, ctl, map[string]any{
-				"1": node("PreviewNode", map[string]any{"frames": 200, "step_ms": 300, "size": 384})})
+				"1": gateway.Node("PreviewNode", map[string]any{"frames": 200, "step_ms": 300, "size": 384})})
 			s.waitStatus(t, ctl, job, "running")
 			defer s.cancel(t, ctl, job)
 

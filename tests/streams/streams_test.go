@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/comfygate/comfygate/tests/gateway"
 )
 
 // follower is one client following the job.
@@ -31,9 +33,9 @@ func TestStreamsOverEveryProtocol(t *testing.T) {
 	blocker := s.submit(t, ctl, busyWorkflow(900, 100)) // 90 s unless canceled
 	s.waitStatus(t, ctl, blocker, "running")
 	target := s.submit(t, ctl, map[string]any{
-		"1": node("SlowNode", map[string]any{"steps": 3, "step_ms": 200}),
-		"2": node("SlowNode", map[string]any{"steps": 1, "step_ms": 12000}),
-		"3": node("TextOutput", map[string]any{"text": "done"}),
+		"1": gateway.Node("SlowNode", map[string]any{"steps": 3, "step_ms": 200}),
+		"2": gateway.Node("SlowNode", map[string]any{"steps": 1, "step_ms": 12000}),
+		"3": gateway.Node("TextOutput", map[string]any{"text": "done"}),
 	})
 
 	var dials atomic.Int32

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"sync"
@@ -79,14 +78,7 @@ func TestSlowLinkTransfersOverHTTP2(t *testing.T) {
 // and the hash the gateway computed.
 func (s *site) upload(t *testing.T, c *http.Client, data []byte, name string, want int) string {
 	t.Helper()
-	var body bytes.Buffer
-	w := multipart.NewWriter(&body)
-	_ = w.WriteField("content_type", "application/octet-stream")
-	_ = w.WriteField("file_path", name)
-	part, _ := w.CreateFormFile("file", name)
-	part.Write(data)
-	w.Close()
-	r := gateway.DoWith(t, c, http.MethodPost, s.g.URL+"/api/v2/assets", &body, map[string]string{"Content-Type": w.FormDataContentType()})
+	r := gateway.Upload(t, c, s.g.URL, data, name, "application/octet-stream", nil)
 	if r.Status != want {
 		t.Fatalf("upload %s: %d %s", name, r.Status, r.Body)
 	}
