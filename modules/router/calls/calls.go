@@ -58,8 +58,7 @@ const settleTimeout = 10 * time.Second
 // Config wires a Service.
 type Config struct {
 	Limiter limits.Limiter
-	// Limits are passed to the limiter; with Credits set, RequireCredits
-	// must be off (the ledger, not the limiter, holds the balance).
+	// Limits are passed to the limiter.
 	Limits limits.Limits
 	// Credits, when set, makes every call reserve its price from its
 	// workspace's credit ledger (402 insufficient_credits) and settle it.
@@ -266,8 +265,6 @@ func admissionError(err error) *apierr.Error {
 		case limits.ReasonRate:
 			return routerErr(http.StatusTooManyRequests, BucketRateLimited, ref.Detail()).
 				WithRetryAfter(ref.RetryAfterSeconds()).WithCause(err)
-		case limits.ReasonCredits:
-			return routerErr(http.StatusPaymentRequired, BucketInsufficient, ref.Detail()).WithCause(err)
 		}
 		e := routerErr(http.StatusTooManyRequests, BucketConcurrency, ref.Detail()).WithCause(err)
 		e.Header = ref.SpendHeaders()

@@ -91,6 +91,18 @@ type fixture struct {
 
 func newFixture(t *testing.T, fake *fakeAdapter, lim limits.Limits) *fixture {
 	t.Helper()
+	return buildFixture(t, fake, lim, false)
+}
+
+// newCreditsFixture is a fixture whose calls reserve and settle credits on
+// the store's ledger, as the model_router module wires require_credits.
+func newCreditsFixture(t *testing.T, fake *fakeAdapter) *fixture {
+	t.Helper()
+	return buildFixture(t, fake, limits.Limits{}, true)
+}
+
+func buildFixture(t *testing.T, fake *fakeAdapter, lim limits.Limits, credits bool) *fixture {
+	t.Helper()
 	st, err := embedded.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -109,10 +121,8 @@ func newFixture(t *testing.T, fake *fakeAdapter, lim limits.Limits) *fixture {
 		kind = catalog.AdapterFal
 	}
 	cfg := Config{Limiter: mem, Limits: lim, Store: st, Adapters: map[catalog.Adapter]provider.Adapter{kind: fake}}
-	if lim.RequireCredits {
-		// Credits come from the store's ledger, as the model_router module
-		// wires them; the limiter only checks the other limits.
-		cfg.Credits, cfg.Limits.RequireCredits = st, false
+	if credits {
+		cfg.Credits = st
 	}
 	svc := New(cfg)
 	t.Cleanup(func() { svc.Wait(); svc.Close(); mem.Close(); st.Close() })
@@ -168,7 +178,7 @@ func wantErr(t *testing.T, err error, status int, bucket string) *apierr.Error {
 }
 
 func TestReplayIsNotChargedTwice(t *testing.T) {
-	f := newFixture(t, &fakeAdapter{work: time.Millisecond}, limits.Limits{RequireCredits: true})
+	f := newCreditsFixture(t, &fakeAdapter{work: time.Millisecond})
 	ctx := context.Background()
 	f.grant(t, 20)
 	r1, err := f.svc.Call(ctx, f.req("k1", "fp"))
@@ -191,7 +201,7 @@ func TestReplayIsNotChargedTwice(t *testing.T) {
 }
 
 func TestRefusalReleasesKey(t *testing.T) {
-	f := newFixture(t, &fakeAdapter{work: time.Millisecond}, limits.Limits{RequireCredits: true})
+	f := newCreditsFixture(t, &fakeAdapter{work: time.Millisecond})
 	ctx := context.Background()
 	_, err := f.svc.Call(ctx, f.req("k2", "fp"))
 	wantErr(t, err, 402, BucketInsufficient)
@@ -255,7 +265,7 @@ func TestHTTPDeadlineConsumesKey(t *testing.T) {
 }
 
 func TestClientDisconnectIsRecordedAndCharged(t *testing.T) {
-	f := newFixture(t, &fakeAdapter{work: 100 * time.Millisecond}, limits.Limits{RequireCredits: true})
+	f := newCreditsFixture(t, &fakeAdapter{work: 100 * time.Millisecond})
 	f.grant(t, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()

@@ -155,7 +155,7 @@ func (s *Service) takeOver(ctx context.Context, req Request, rec storage.RouterC
 	}
 	// The resumed lease settles the limiter's hold; the follower settles
 	// the call's credit reservation by its id (settle).
-	lease, err := limits.Resume(s.cfg.Limiter, rec.WorkspaceID, rec.RequestID, s.cfg.Limits.RequireCredits)
+	lease, err := limits.Resume(s.cfg.Limiter, rec.WorkspaceID, rec.RequestID)
 	if err != nil {
 		return routerErr(http.StatusInternalServerError, BucketInternal, "the router failed to resume the call").WithCause(err)
 	}

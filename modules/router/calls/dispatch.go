@@ -286,23 +286,18 @@ func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provide
 func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64) {
 	metrics.RouterSpendSettled.Add(float64(charged))
 	s.settleCredits(ctx, lease.ID, charged)
-	s.settleLease(ctx, lease, charged)
+	s.releaseLease(ctx, lease)
 }
 
-// releaseLease releases the lease only, leaving the call's credits
-// reserved (for a call someone else will settle).
+// releaseLease releases the lease on a detached, bounded context (and
+// nothing else: a call someone else will settle keeps its credits
+// reserved).
 func (s *Service) releaseLease(ctx context.Context, lease *limits.Lease) {
-	s.settleLease(ctx, lease, 0)
-}
-
-// settleLease releases the lease on a detached, bounded context, without
-// counting the charge (settle counts it once; a retry does not).
-func (s *Service) settleLease(ctx context.Context, lease *limits.Lease, charged int64) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var err error
 	for range 3 {
-		if err = lease.Settle(dctx, charged); err == nil {
+		if err = lease.Settle(dctx); err == nil {
 			return
 		}
 	}
@@ -317,14 +312,14 @@ func (s *Service) settleOrdered(lease *limits.Lease, charged int64) {
 	metrics.RouterSpendSettled.Add(float64(charged))
 	s.settleCredits(context.Background(), lease.ID, charged)
 	s.bg.Add(1)
-	lease.SettleOrdered(charged, func(err error) {
+	lease.SettleOrdered(func(err error) {
 		if err == nil {
 			s.bg.Done()
 			return
 		}
 		go func() {
 			defer s.bg.Done()
-			s.settleLease(context.Background(), lease, charged)
+			s.releaseLease(context.Background(), lease)
 		}()
 	})
 }

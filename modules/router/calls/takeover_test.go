@@ -77,7 +77,7 @@ func TestKeyedCallStoresHandleWhileRunning(t *testing.T) {
 // when it holds a handle, answers 409 concurrency while it may still be
 // dispatching without one, and is consumed once its deadline has passed.
 func TestStaleRunningRecord(t *testing.T) {
-	f := newFixture(t, &fakeAdapter{work: 30 * time.Millisecond, handle: true}, limits.Limits{RequireCredits: true})
+	f := newCreditsFixture(t, &fakeAdapter{work: 30 * time.Millisecond, handle: true})
 	f.svc.cfg.TakeoverAfter = 50 * time.Millisecond
 	ctx := context.Background()
 	f.grant(t, 20)
@@ -130,7 +130,7 @@ func TestStaleRunningRecord(t *testing.T) {
 // TestTakeoverDebitIsGuarded: a generation its dead owner already settled
 // (debited) is not debited again by the takeover.
 func TestTakeoverDebitIsGuarded(t *testing.T) {
-	f := newFixture(t, &fakeAdapter{work: 10 * time.Millisecond, handle: true}, limits.Limits{RequireCredits: true})
+	f := newCreditsFixture(t, &fakeAdapter{work: 10 * time.Millisecond, handle: true})
 	f.svc.cfg.TakeoverAfter = 50 * time.Millisecond
 	ctx := context.Background()
 	f.grant(t, 20)
@@ -143,7 +143,7 @@ func TestTakeoverDebitIsGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Settle(ctx, 5); err != nil {
+	if err := lease.Settle(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := f.store.SettleCallCredits(ctx, rec.RequestID, 5); err != nil || !ok {
@@ -174,7 +174,7 @@ func TestKeylessDeadlineCompletedBeforeCancelIsCharged(t *testing.T) {
 		{"cancelled while working", time.Hour, 0, storage.RouterAnswered},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t, &fakeAdapter{work: c.work, handle: true, cancelOK: true}, limits.Limits{RequireCredits: true})
+			f := newCreditsFixture(t, &fakeAdapter{work: c.work, handle: true, cancelOK: true})
 			// The first poll comes after the deadline: only the cancel sees the outcome.
 			f.model.PollInterval = 500 * time.Millisecond
 			ctx := context.Background()

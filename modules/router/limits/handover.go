@@ -11,8 +11,7 @@ import "time"
 // is dropped. The store ends up where sending both would have left it —
 // same calls in flight, same committed cents — as long as
 //
-//   - the settle debits nothing and the new call consumes no rate
-//     allowance and needs no credit check (those need the store);
+//   - the new call consumes no rate allowance (that needs the store);
 //   - the settling call is not Resumable: another process may settle it
 //     by its ID, which would free the slot under the new call;
 //   - the slot was admitted under the same in-flight cap and spend ceiling
@@ -56,7 +55,7 @@ func boundsOf(lim Limits) admissionBounds {
 // handOver returns a lease for call on a slot a settling call of the same
 // workspace frees, or nil when no such slot may be taken over (see above).
 func (r *Redis) handOver(workspace string, call Call, lim Limits) *Lease {
-	if len(lim.Rate) > 0 || lim.RequireCredits || r.closed.Load() {
+	if len(lim.Rate) > 0 || r.closed.Load() {
 		return nil
 	}
 	bounds := boundsOf(lim)

@@ -12,10 +12,10 @@ import (
 // leaseStore is what a Lease needs from the limiter that granted it.
 type leaseStore interface {
 	heartbeat(ctx context.Context, l *Lease) error
-	settle(ctx context.Context, l *Lease, chargedCents int64) error
+	settle(ctx context.Context, l *Lease) error
 	// settleOrdered puts the settle in the store's order before it returns
 	// and reports the result to done, possibly from another goroutine.
-	settleOrdered(l *Lease, chargedCents int64, done func(error))
+	settleOrdered(l *Lease, done func(error))
 }
 
 // Lease is an admitted call's hold on its workspace's limits. It counts
@@ -36,7 +36,6 @@ type Lease struct {
 	TTL time.Duration
 
 	store   leaseStore
-	credits bool // admitted with RequireCredits: Settle debits the charge
 	resumed bool // built by Resume: Cents is not what the lease reserved
 	// slot is the store's name for the slot this lease holds: ID, or the
 	// ID of the call whose lease was handed over to this one.
@@ -79,36 +78,26 @@ func (l *Lease) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// Settle ends the call: it frees the slot and the reserved cents and, when
-// the call was admitted with RequireCredits, debits chargedCents (what the
-// provider actually billed; 0 for a call that was never dispatched or not
-// billed) from the credit balance. It works whether or not the lease has
-// expired.
+// Settle ends the call: it frees the slot and the reserved cents. It works
+// whether or not the lease has expired.
 //
 // Pass a context a client disconnect cannot cancel, with its own bound:
 //
 //	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 //	defer cancel()
-//	err := lease.Settle(ctx, charged)
+//	err := lease.Settle(ctx)
 //
 // Settle is idempotent: after one success further calls return nil and do
-// nothing. A failed Settle may be retried; the store additionally remembers
-// settled calls for 15 minutes so a retry after a lost reply cannot debit
-// twice. If every attempt fails the lease still expires within one TTL; the
-// debit is then lost, which the durable usage record must cover.
-func (l *Lease) Settle(ctx context.Context, chargedCents int64) error {
-	if chargedCents < 0 || chargedCents > MaxCents {
-		return fmt.Errorf("%w: charged cents %d out of range", ErrInvalid, chargedCents)
-	}
+// nothing, and settling a slot already freed (by another process, or by its
+// expiry) frees nothing else. A failed Settle may be retried; if every
+// attempt fails the lease still expires within one TTL.
+func (l *Lease) Settle(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.settled {
 		return nil
 	}
-	if !l.credits {
-		chargedCents = 0
-	}
-	if err := l.store.settle(ctx, l, chargedCents); err != nil {
+	if err := l.store.settle(ctx, l); err != nil {
 		return err
 	}
 	l.settled = true
@@ -129,24 +118,17 @@ func (l *Lease) Settle(ctx context.Context, chargedCents int64) error {
 //
 // Do not call it together with Settle or twice; after a failure, retry with
 // Settle.
-func (l *Lease) SettleOrdered(chargedCents int64, done func(error)) {
-	if chargedCents < 0 || chargedCents > MaxCents {
-		done(fmt.Errorf("%w: charged cents %d out of range", ErrInvalid, chargedCents))
-		return
-	}
+func (l *Lease) SettleOrdered(done func(error)) {
 	l.mu.Lock()
 	if l.settled {
 		l.mu.Unlock()
 		done(nil)
 		return
 	}
-	if !l.credits {
-		chargedCents = 0
-	}
 	// The lease is marked settled only once the store confirms; the mutex
 	// is not held across the wait, which happens on another goroutine.
 	l.mu.Unlock()
-	l.store.settleOrdered(l, chargedCents, func(err error) {
+	l.store.settleOrdered(l, func(err error) {
 		if err == nil {
 			l.mu.Lock()
 			l.settled = true

@@ -1,9 +1,8 @@
 // Package limits is per-workspace admission control for model-router calls:
 // how many calls a workspace may have in flight, how many cents of partner
-// spend those calls may commit, windowed rate allowances, and an optional
-// credit balance. (model_router's require_credits does not use that
-// balance: it draws from the account credit ledger in storage, shared with
-// jobs; see calls.Credits.)
+// spend those calls may commit, and windowed rate allowances. (Credits are
+// not the limiter's: model_router's require_credits draws from the account
+// credit ledger in storage, shared with jobs; see calls.Credits.)
 //
 // The point is crash safety. Every admitted call is a lease with an expiry,
 // not a counter: a gateway killed mid-call leaves leases that expire within
@@ -18,7 +17,7 @@
 // embedded single-process default.
 //
 // Order of checks at admission, first failing one wins: in-flight count,
-// committed spend, rate windows (in the order given), credits. A refused
+// committed spend, rate windows (in the order given). A refused
 // call changes nothing: it takes no slot, reserves no spend and consumes no
 // rate allowance.
 package limits
@@ -42,13 +41,9 @@ const DefaultLeaseTTL = 30 * time.Second
 // a TTL shorter than a round trip would expire leases as they are granted.
 const MinLeaseTTL = 100 * time.Millisecond
 
-// MaxCents bounds every cents value (prices, ceilings, balances). Lua numbers
+// MaxCents bounds every cents value (prices, ceilings). Lua numbers
 // are doubles, exact only up to 2^53; 2^50 cents is about 11 trillion dollars.
 const MaxCents = int64(1) << 50
-
-// settleGuardTTL is how long a settled call is remembered so that a retried
-// Settle (for example after a lost reply) cannot debit credits twice.
-const settleGuardTTL = 15 * time.Minute
 
 var (
 	// ErrUnavailable wraps every failure to reach the limiter's store. The
@@ -89,18 +84,14 @@ type Limits struct {
 	SpendCeilingCents int64
 	// Rate lists windowed allowances; every one must have room.
 	Rate []Window
-	// RequireCredits makes admission check the workspace's credit balance:
-	// balance - cents reserved by calls in flight must cover Call.Cents.
-	// Settle then debits the charged cents from the balance.
-	RequireCredits bool
 }
 
 // Call is one model call asking for admission.
 type Call struct {
 	// ID is unique per call, for example the X-Service-Request-Id.
 	ID string
-	// Cents is the call's price, reserved against the spend ceiling and the
-	// credit balance while it is in flight.
+	// Cents is the call's price, reserved against the spend ceiling while
+	// it is in flight.
 	Cents int64
 	// Resumable marks a call another process may settle by its ID through
 	// Resume (a call whose record a same-key retry can take over): its slot
@@ -121,8 +112,6 @@ const (
 	ReasonSpend Reason = "spend"
 	// ReasonRate: a window's allowance is spent → 429 rate_limited + Retry-After.
 	ReasonRate Reason = "rate"
-	// ReasonCredits: the credit balance cannot cover the call → 402 insufficient_credits.
-	ReasonCredits Reason = "credits"
 )
 
 // Refusal is a typed admission refusal. The numbers depend on Reason:
@@ -134,8 +123,6 @@ const (
 //   - Rate: Limit = Window.Max, Current = admissions in the window,
 //     Remaining = 0, Window = its name, RetryAfter = time until the oldest
 //     counted admission leaves the window.
-//   - Credits: Limit = balance, Current = cents reserved by calls in flight,
-//     Remaining = max(0, Limit-Current).
 type Refusal struct {
 	Reason     Reason
 	Limit      int64
@@ -154,7 +141,7 @@ func (r *Refusal) Error() string {
 	}
 }
 
-// Detail is a client-safe sentence for the 429/402 body's detail: it names
+// Detail is a client-safe sentence for the 429 body's detail: it names
 // the limit that applied, as the contract asks.
 func (r *Refusal) Detail() string {
 	switch r.Reason {
@@ -164,8 +151,6 @@ func (r *Refusal) Detail() string {
 		return fmt.Sprintf("committed spend limit reached: %d of %d cents committed to calls in flight; retry when one of your calls finishes", r.Current, r.Limit)
 	case ReasonRate:
 		return fmt.Sprintf("rate limit window %q spent: %d of %d calls", r.Window, r.Current, r.Limit)
-	case ReasonCredits:
-		return "insufficient credits for this call"
 	}
 	return "call refused"
 }
@@ -214,11 +199,6 @@ type Limiter interface {
 	// Inspect reports the calls in flight and the cents they commit,
 	// ignoring leases past their expiry. It does not modify state.
 	Inspect(ctx context.Context, workspace string) (count int, cents int64, err error)
-	// Balance returns the workspace's credit balance in cents (0 if never set).
-	Balance(ctx context.Context, workspace string) (int64, error)
-	// AddCredits adds cents (negative to remove) to the balance and returns
-	// the new balance.
-	AddCredits(ctx context.Context, workspace string, cents int64) (int64, error)
 	// Close releases the store connection when the limiter owns it.
 	Close() error
 }

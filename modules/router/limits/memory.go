@@ -11,10 +11,8 @@ import (
 // Memory is the in-process Limiter for the embedded single-instance default.
 // It mirrors Redis exactly: leases expire at their expiry (a lease whose
 // expiry is at or before now no longer counts and is reaped by the next
-// admission or heartbeat), rate windows are sliding logs, and a settled
-// call is remembered for the same guard period. Its state dies with the
-// process, which is fine for leases (they would have expired) but means
-// credit balances must be re-seeded with AddCredits after a restart.
+// admission or heartbeat) and rate windows are sliding logs. Its state
+// dies with the process, which is fine: the leases would have expired.
 type Memory struct {
 	now func() time.Time
 	ttl time.Duration
@@ -39,10 +37,8 @@ type memWindow struct {
 }
 
 type memWorkspace struct {
-	leases  map[string]memLease
-	rate    map[string]*memWindow // keyed by rateSuffix
-	credits int64
-	settled map[string]time.Time // call id → guard expiry
+	leases map[string]memLease
+	rate   map[string]*memWindow // keyed by rateSuffix
 }
 
 // NewMemory builds an in-process limiter. now may be nil (time.Now); tests
@@ -70,23 +66,18 @@ func (m *Memory) Close() error {
 func (m *Memory) workspace(name string) *memWorkspace {
 	w := m.ws[name]
 	if w == nil {
-		w = &memWorkspace{leases: map[string]memLease{}, rate: map[string]*memWindow{}, settled: map[string]time.Time{}}
+		w = &memWorkspace{leases: map[string]memLease{}, rate: map[string]*memWindow{}}
 		m.ws[name] = w
 	}
 	return w
 }
 
-// reap drops expired leases, settle guards and rate entries, as the Redis
+// reap drops expired leases and rate entries, as the Redis
 // scripts and key expiries would; the caller holds m.mu.
 func (w *memWorkspace) reap(now time.Time) {
 	for id, l := range w.leases {
 		if !l.expires.After(now) {
 			delete(w.leases, id)
-		}
-	}
-	for id, exp := range w.settled {
-		if !exp.After(now) {
-			delete(w.settled, id)
 		}
 	}
 	for k, win := range w.rate {
@@ -101,7 +92,7 @@ func (w *memWorkspace) reap(now time.Time) {
 // cost no memory; the caller holds m.mu.
 func (m *Memory) forgetIfEmpty(name string) {
 	w := m.ws[name]
-	if w != nil && len(w.leases) == 0 && len(w.rate) == 0 && len(w.settled) == 0 && w.credits == 0 {
+	if w != nil && len(w.leases) == 0 && len(w.rate) == 0 {
 		delete(m.ws, name)
 	}
 }
@@ -172,9 +163,6 @@ func (m *Memory) Admit(ctx context.Context, workspace string, call Call, lim Lim
 			return nil, newRefusal(ReasonRate, int64(win.Max), int64(n), win.Name, retry)
 		}
 	}
-	if lim.RequireCredits && w.credits-committed < call.Cents {
-		return nil, newRefusal(ReasonCredits, w.credits, committed, "", 0)
-	}
 
 	w.leases[call.ID] = memLease{expires: now.Add(m.ttl), cents: call.Cents}
 	for _, win := range lim.Rate {
@@ -187,7 +175,7 @@ func (m *Memory) Admit(ctx context.Context, workspace string, call Call, lim Lim
 	return &Lease{
 		ID: call.ID, Workspace: workspace, Cents: call.Cents,
 		InFlight: int(count + 1), CommittedCents: committed + call.Cents, TTL: m.ttl,
-		store: m, credits: lim.RequireCredits,
+		store: m,
 	}, nil
 }
 
@@ -213,7 +201,7 @@ func (m *Memory) heartbeat(ctx context.Context, l *Lease) error {
 	return nil
 }
 
-func (m *Memory) settle(ctx context.Context, l *Lease, charged int64) error {
+func (m *Memory) settle(ctx context.Context, l *Lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -224,16 +212,12 @@ func (m *Memory) settle(ctx context.Context, l *Lease, charged int64) error {
 	w.reap(now)
 	defer m.forgetIfEmpty(l.Workspace)
 	delete(w.leases, l.ID)
-	if _, seen := w.settled[l.ID]; charged > 0 && !seen {
-		w.settled[l.ID] = now.Add(settleGuardTTL)
-		w.credits -= charged
-	}
 	return nil
 }
 
 // settleOrdered settles at once: there is no round trip to save.
-func (m *Memory) settleOrdered(l *Lease, charged int64, done func(error)) {
-	done(m.settle(context.Background(), l, charged))
+func (m *Memory) settleOrdered(l *Lease, done func(error)) {
+	done(m.settle(context.Background(), l))
 }
 
 // Inspect implements Limiter.
@@ -260,39 +244,4 @@ func (m *Memory) Inspect(ctx context.Context, workspace string) (int, int64, err
 		}
 	}
 	return count, cents, nil
-}
-
-// Balance implements Limiter.
-func (m *Memory) Balance(ctx context.Context, workspace string) (int64, error) {
-	if err := validateWorkspace(workspace); err != nil {
-		return 0, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return 0, m.errClosed("balance")
-	}
-	if w := m.ws[workspace]; w != nil {
-		return w.credits, nil
-	}
-	return 0, nil
-}
-
-// AddCredits implements Limiter.
-func (m *Memory) AddCredits(ctx context.Context, workspace string, cents int64) (int64, error) {
-	if err := validateWorkspace(workspace); err != nil {
-		return 0, err
-	}
-	if cents < -MaxCents || cents > MaxCents {
-		return 0, fmt.Errorf("%w: credit change %d out of range", ErrInvalid, cents)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return 0, m.errClosed("add credits")
-	}
-	w := m.workspace(workspace)
-	w.credits += cents
-	defer m.forgetIfEmpty(workspace)
-	return w.credits, nil
 }

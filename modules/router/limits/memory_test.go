@@ -39,7 +39,7 @@ func TestMemoryClosedIsUnavailable(t *testing.T) {
 	if _, err := m.Admit(ctx, "ws", limits.Call{ID: "b"}, limits.Limits{}); !errors.Is(err, limits.ErrUnavailable) {
 		t.Fatalf("admit after close: %v, want ErrUnavailable", err)
 	}
-	if err := lease.Settle(ctx, 0); !errors.Is(err, limits.ErrUnavailable) {
+	if err := lease.Settle(ctx); !errors.Is(err, limits.ErrUnavailable) {
 		t.Fatalf("settle after close: %v, want ErrUnavailable", err)
 	}
 }
@@ -67,7 +67,7 @@ func TestMemoryForgetsIdleWorkspaces(t *testing.T) {
 	if n := limits.MemoryWorkspaces(m); n != 1 {
 		t.Fatalf("workspaces after expiry = %d, want 1 (only other)", n)
 	}
-	if err := l.Settle(ctx, 0); err != nil {
+	if err := l.Settle(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := limits.MemoryWorkspaces(m); n != 0 {
@@ -98,7 +98,7 @@ func testKeepAlive(t *testing.T, l limits.Limiter) {
 	if n, c, err := l.Inspect(ctx, "ws-keepalive"); err != nil || n != 1 || c != 3 {
 		t.Fatalf("inspect after 4 TTLs of keepalive = %d, %d, %v; want 1, 3", n, c, err)
 	}
-	if err := lease.Settle(context.WithoutCancel(ctx), 0); err != nil {
+	if err := lease.Settle(context.WithoutCancel(ctx)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _, err := l.Inspect(ctx, "ws-keepalive"); err != nil || n != 0 {

@@ -88,7 +88,7 @@ type op struct {
 	// batch is set when this op is woken to lead: the ops to send.
 	batch []*op
 	done  chan struct{}
-	// freed is the lease a started settle frees when it debits nothing:
+	// freed is the lease a started settle frees when it may be handed over:
 	// until the settle is sent, its slot may be handed over instead (see
 	// Redis.handOver).
 	freed *Lease
@@ -355,7 +355,7 @@ func group(batch []*op) []*call {
 			}
 		}
 		if c == nil || len(c.ops) == maxOpsPerScript {
-			c = &call{keyTag: o.keyTag, keys: []string{o.keyTag + "leases", o.keyTag + "cost", o.keyTag + "credits"}}
+			c = &call{keyTag: o.keyTag, keys: []string{o.keyTag + "leases", o.keyTag + "cost"}}
 			calls = append(calls, c)
 			if last == nil && len(calls) > 16 {
 				last = make(map[string]*call, 2*len(calls))

@@ -54,7 +54,7 @@ func TestPipelinerRepliesMatchCalls(t *testing.T) {
 				if l.ID != id || l.InFlight < 1 || l.CommittedCents < int64(g) {
 					t.Errorf("lease %+v for call %s (%d cents)", l, id, g)
 				}
-				if err := l.Settle(ctx, 0); err != nil {
+				if err := l.Settle(ctx); err != nil {
 					t.Errorf("settle %s: %v", id, err)
 				}
 			}
@@ -82,11 +82,11 @@ func TestScriptCallRunsOpsInOrder(t *testing.T) {
 		one("a", 1),      // duplicate
 		one("b", 5),      // admitted: 2 calls, 9 cents
 		one("c", 1),      // refused: 2 in flight
-		r.settleOp(a, 0), // 1 call, 5 cents
+		r.settleOp(a), // 1 call, 5 cents
 		one("d", 6),      // refused: 5 + 6 > 10
 		one("e", 5),      // admitted: 2 calls, 10 cents
 		{keyTag: r.keyTag("one"), args: []any{"I"}}, // 2, 10
-		r.settleOp(b, 0), // 1 call, 5 cents
+		r.settleOp(b), // 1 call, 5 cents
 		{keyTag: r.keyTag("one"), args: []any{"H", "b", r.ttl.Milliseconds()}}, // b is gone
 		{keyTag: r.keyTag("one"), args: []any{"H", "e", r.ttl.Milliseconds()}}, // e lives
 		one("f", 5), // admitted: 2 calls, 10 cents
@@ -169,7 +169,7 @@ func TestSettleOrderedFreesTheSlotForTheNextCall(t *testing.T) {
 		if err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		l.SettleOrdered(0, func(err error) { settled <- err })
+		l.SettleOrdered(func(err error) { settled <- err })
 	}
 	cancel()
 	wg.Wait()
@@ -231,9 +231,9 @@ func TestGroupKeepsEachWorkspacesOrder(t *testing.T) {
 }
 
 // settleStarted starts l's ordered settle and returns where its result arrives.
-func settleStarted(l *Lease, charged int64) chan error {
+func settleStarted(l *Lease) chan error {
 	settled := make(chan error, 1)
-	l.SettleOrdered(charged, func(err error) { settled <- err })
+	l.SettleOrdered(func(err error) { settled <- err })
 	return settled
 }
 
@@ -277,7 +277,7 @@ func TestSettleRidesWithTheNextAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := settleStarted(l, 0)
+	settled := settleStarted(l)
 	if got := counter.n.Load(); got != 1 {
 		t.Fatalf("%d pipelines after an admission and a started settle, want 1 (the settle lingers)", got)
 	}
@@ -291,7 +291,7 @@ func TestSettleRidesWithTheNextAdmission(t *testing.T) {
 	if got := counter.n.Load(); got != 2 {
 		t.Fatalf("%d pipelines, want 2: the settle goes with the next admission", got)
 	}
-	if err := second.Settle(ctx, 0); err != nil {
+	if err := second.Settle(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -305,7 +305,7 @@ func TestLingeringSettleGoesOutAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := settleStarted(l, 0)
+	settled := settleStarted(l)
 	select {
 	case err := <-settled:
 		if err != nil {
@@ -331,7 +331,7 @@ func TestCloseSendsLingeringSettles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settled := settleStarted(l, 0)
+	settled := settleStarted(l)
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -390,12 +390,12 @@ func TestCloseWaitsForQueuedSettles(t *testing.T) {
 	go func() {
 		l, err := r.Admit(ctx, "queued", Call{ID: "second", Cents: 4}, lim)
 		if err == nil {
-			err = l.Settle(ctx, 0) // after Close's drain or before: either way it must not hang
+			err = l.Settle(ctx) // after Close's drain or before: either way it must not hang
 		}
 		admitted <- err
 	}()
 	<-g.arrived // the second admission is on the wire
-	first.SettleOrdered(0, func(error) {})
+	first.SettleOrdered(func(error) {})
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	select {

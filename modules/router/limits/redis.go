@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -18,9 +17,7 @@ import (
 //
 //	<prefix>{ws}:leases         ZSET call id → lease expiry (ms, Redis clock)
 //	<prefix>{ws}:cost           HASH call id → reserved cents
-//	<prefix>{ws}:credits        STRING credit balance in cents (no expiry)
 //	<prefix>{ws}:rate:<n>:<ms>  ZSET admission → admission time, per window
-//	<prefix>{ws}:settled:<id>   STRING guard against a double debit (15 min)
 //
 // Every operation runs inside a Lua script (opsScript, which also runs
 // several queued operations of one workspace in one call), so reaping,
@@ -153,14 +150,10 @@ func (r *Redis) Admit(ctx context.Context, workspace string, call Call, lim Limi
 }
 
 func (r *Redis) admitOp(workspace string, call Call, lim Limits) *op {
-	requireCredits := "0"
-	if lim.RequireCredits {
-		requireCredits = "1"
-	}
 	o := &op{keyTag: r.keyTag(workspace)}
-	o.args = make([]any, 0, 8+4*len(lim.Rate))
+	o.args = make([]any, 0, 7+4*len(lim.Rate))
 	o.args = append(o.args, "A", call.ID, r.ttl.Milliseconds(), lim.MaxInFlight, call.Cents, lim.SpendCeilingCents,
-		requireCredits, len(lim.Rate))
+		len(lim.Rate))
 	for i, w := range lim.Rate {
 		o.keys = append(o.keys, o.keyTag+rateSuffix(w))
 		o.args = append(o.args, keyRef(i), w.Name, w.Period.Milliseconds(), w.Max)
@@ -191,7 +184,7 @@ func (r *Redis) admitted(workspace string, call Call, lim Limits, reply any) (*L
 	return &Lease{
 		ID: call.ID, Workspace: workspace, Cents: call.Cents,
 		InFlight: int(count), CommittedCents: committed, TTL: r.ttl,
-		store: r, credits: lim.RequireCredits, admitted: boundsOf(lim), resumable: call.Resumable,
+		store: r, admitted: boundsOf(lim), resumable: call.Resumable,
 	}, nil
 }
 
@@ -200,7 +193,7 @@ func unexpected(reply any) error { return fmt.Errorf("unexpected reply %v", repl
 // newRefusal fills Remaining from Limit and Current as the contract defines it.
 func newRefusal(reason Reason, limit, current int64, window string, retry time.Duration) *Refusal {
 	ref := &Refusal{Reason: reason, Limit: limit, Current: current, Window: window, RetryAfter: retry}
-	if reason == ReasonSpend || reason == ReasonCredits {
+	if reason == ReasonSpend {
 		ref.Remaining = max(0, limit-current)
 	}
 	return ref
@@ -219,25 +212,17 @@ func (r *Redis) heartbeat(ctx context.Context, l *Lease) error {
 
 // settleOp is the settle operation of l. It names the cents the lease
 // reserved (what admission stored; -1 for a resumed lease, whose cents the
-// script reads) and the settled guard key only when there is something to
-// debit.
-func (r *Redis) settleOp(l *Lease, charged int64) *op {
-	o := &op{keyTag: r.keyTag(l.Workspace)}
+// script reads).
+func (r *Redis) settleOp(l *Lease) *op {
 	cents := l.Cents
 	if l.resumed {
 		cents = -1
 	}
-	if charged > 0 {
-		o.keys = []string{o.keyTag + "settled:" + l.ID}
-		o.args = []any{"S", l.slotName(), cents, charged, keyRef(0), settleGuardTTL.Milliseconds()}
-	} else {
-		o.args = []any{"S", l.slotName(), cents, 0, 0, 0}
-	}
-	return o
+	return &op{keyTag: r.keyTag(l.Workspace), args: []any{"S", l.slotName(), cents}}
 }
 
-func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
-	if _, err := r.pipe.do(ctx, r.settleOp(l, charged)); err != nil {
+func (r *Redis) settle(ctx context.Context, l *Lease) error {
+	if _, err := r.pipe.do(ctx, r.settleOp(l)); err != nil {
 		return unavailable("settle", err)
 	}
 	return nil
@@ -245,12 +230,12 @@ func (r *Redis) settle(ctx context.Context, l *Lease, charged int64) error {
 
 // settleOrdered queues the settle at once and reports its result to done
 // from another goroutine.
-func (r *Redis) settleOrdered(l *Lease, charged int64, done func(error)) {
-	o := r.settleOp(l, charged)
-	// Only a slot that debits nothing, holds its reservation (a resumed
-	// lease does not know it) and that no other process settles by its id
-	// may be handed over.
-	if charged == 0 && !l.resumable && !l.resumed {
+func (r *Redis) settleOrdered(l *Lease, done func(error)) {
+	o := r.settleOp(l)
+	// Only a slot that holds its reservation (a resumed lease does not
+	// know it) and that no other process settles by its id may be handed
+	// over.
+	if !l.resumable && !l.resumed {
 		o.freed = l
 	}
 	o.onDone = func(_ any, err error) {
@@ -278,34 +263,4 @@ func (r *Redis) Inspect(ctx context.Context, workspace string) (int, int64, erro
 	n, _ := res[0].(int64)
 	cents, _ := res[1].(int64)
 	return int(n), cents, nil
-}
-
-// Balance implements Limiter.
-func (r *Redis) Balance(ctx context.Context, workspace string) (int64, error) {
-	if err := validateWorkspace(workspace); err != nil {
-		return 0, err
-	}
-	v, err := r.client.Get(ctx, r.key(workspace, "credits")).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, unavailable("balance", err)
-	}
-	return v, nil
-}
-
-// AddCredits implements Limiter.
-func (r *Redis) AddCredits(ctx context.Context, workspace string, cents int64) (int64, error) {
-	if err := validateWorkspace(workspace); err != nil {
-		return 0, err
-	}
-	if cents < -MaxCents || cents > MaxCents {
-		return 0, fmt.Errorf("%w: credit change %d out of range", ErrInvalid, cents)
-	}
-	v, err := r.client.IncrBy(ctx, r.key(workspace, "credits"), cents).Result()
-	if err != nil {
-		return 0, unavailable("add credits", err)
-	}
-	return v, nil
 }

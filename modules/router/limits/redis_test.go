@@ -49,9 +49,6 @@ func TestRedisUnreachableIsUnavailable(t *testing.T) {
 	if _, _, err := l.Inspect(ctx, "ws"); !errors.Is(err, limits.ErrUnavailable) {
 		t.Fatalf("inspect: %v, want ErrUnavailable", err)
 	}
-	if _, err := l.Balance(ctx, "ws"); !errors.Is(err, limits.ErrUnavailable) {
-		t.Fatalf("balance: %v, want ErrUnavailable", err)
-	}
 }
 
 // TestRedisHeartbeatAfterKeysLost: a FLUSH (or failover to an empty
@@ -82,14 +79,14 @@ func TestRedisHeartbeatAfterKeysLost(t *testing.T) {
 	if err := lease.Heartbeat(ctx); !errors.Is(err, limits.ErrLeaseLost) {
 		t.Fatalf("heartbeat after keys lost: %v, want ErrLeaseLost", err)
 	}
-	if err := lease.Settle(ctx, 0); err != nil {
+	if err := lease.Settle(ctx); err != nil {
 		t.Fatalf("settle after keys lost: %v", err)
 	}
 }
 
 // TestRedisKeysShareHashTag: every key of a workspace carries one hash tag
 // (one cluster slot, as the scripts require), even for names with braces,
-// and every key but the credit balance expires on its own.
+// and every key expires on its own.
 func TestRedisKeysShareHashTag(t *testing.T) {
 	url := pgtest.RedisURL(t)
 	prefix := pgtest.KeyPrefix(t)
@@ -100,10 +97,7 @@ func TestRedisKeysShareHashTag(t *testing.T) {
 	defer l.Close()
 	ctx := context.Background()
 	for _, ws := range []string{"plain-ws", "weird {ws}:with/stuff"} {
-		if _, err := l.AddCredits(ctx, ws, 10); err != nil {
-			t.Fatal(err)
-		}
-		lim := limits.Limits{RequireCredits: true, Rate: []limits.Window{{Name: "m", Period: time.Minute, Max: 3}}}
+		lim := limits.Limits{Rate: []limits.Window{{Name: "m", Period: time.Minute, Max: 3}}}
 		lease, err := l.Admit(ctx, ws, limits.Call{ID: "a", Cents: 4}, lim)
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +105,7 @@ func TestRedisKeysShareHashTag(t *testing.T) {
 		if _, err := l.Admit(ctx, ws, limits.Call{ID: "b", Cents: 1}, lim); err != nil {
 			t.Fatal(err) // left in flight so its lease keys exist
 		}
-		if err := lease.Settle(ctx, 4); err != nil {
+		if err := lease.Settle(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,13 +124,13 @@ func TestRedisKeysShareHashTag(t *testing.T) {
 			t.Fatalf("key %q has no hash tag after the prefix", k)
 		}
 		tags[rest[1:end]]++
-		if ttl := raw.PTTL(ctx, k).Val(); !strings.HasSuffix(k, ":credits") && ttl <= 0 {
+		if ttl := raw.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("key %s has no expiry (%v)", k, ttl)
 		}
 	}
-	// Per workspace: leases, cost, credits, rate, settled guard.
-	if len(tags) != 2 || tags["plain-ws"] != 5 {
-		t.Fatalf("keys %v: tags %v, want 2 tags with 5 keys each", keys, tags)
+	// Per workspace: leases, cost, rate.
+	if len(tags) != 2 || tags["plain-ws"] != 3 {
+		t.Fatalf("keys %v: tags %v, want 2 tags with 3 keys each", keys, tags)
 	}
 }
 
@@ -149,11 +143,8 @@ func TestKeepAliveRedis(t *testing.T) {
 func BenchmarkRedisAdmitSettle(b *testing.B) {
 	l := openRedis(b, 0)
 	ctx := context.Background()
-	lim := limits.Limits{MaxInFlight: 1000, SpendCeilingCents: 1 << 40, RequireCredits: true,
+	lim := limits.Limits{MaxInFlight: 1000, SpendCeilingCents: 1 << 40,
 		Rate: []limits.Window{{Name: "minute", Period: time.Minute, Max: 1 << 30}}}
-	if _, err := l.AddCredits(ctx, "bench", 1<<40); err != nil {
-		b.Fatal(err)
-	}
 	b.ReportAllocs()
 	raw := rawRedis(b)
 	before := evalshaUsec(b, raw)
@@ -164,7 +155,7 @@ func BenchmarkRedisAdmitSettle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := lease.Settle(ctx, 0); err != nil {
+		if err := lease.Settle(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -190,7 +181,7 @@ func BenchmarkRedisAdmitSettleParallel(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			if err := lease.Settle(ctx, 0); err != nil {
+			if err := lease.Settle(ctx); err != nil {
 				b.Error(err)
 				return
 			}

@@ -5,12 +5,10 @@ import "fmt"
 // Resume returns a Lease for a call admitted earlier, possibly by another
 // gateway process that has since died, so that the call can still be
 // settled: Settle frees whatever the old lease still holds (its slot keeps
-// the call's id: a Resumable call's slot is never handed over) and, with
-// requireCredits, debits the charge at most once per call id, under the same
-// settled-call guard an ordinary Settle uses (so a takeover cannot debit a
-// call its first owner already settled within the guard's lifetime). The
-// returned lease is not counted against any limit and must not be kept alive.
-func Resume(l Limiter, workspace, callID string, requireCredits bool) (*Lease, error) {
+// the call's id: a Resumable call's slot is never handed over), and nothing
+// when its first owner settled it already. The returned lease is not
+// counted against any limit and must not be kept alive.
+func Resume(l Limiter, workspace, callID string) (*Lease, error) {
 	if err := validateWorkspace(workspace); err != nil {
 		return nil, err
 	}
@@ -21,5 +19,5 @@ func Resume(l Limiter, workspace, callID string, requireCredits bool) (*Lease, e
 	if !ok {
 		return nil, fmt.Errorf("%w: limiter %T cannot resume leases", ErrInvalid, l)
 	}
-	return &Lease{ID: callID, Workspace: workspace, TTL: DefaultLeaseTTL, store: st, credits: requireCredits, resumed: true}, nil
+	return &Lease{ID: callID, Workspace: workspace, TTL: DefaultLeaseTTL, store: st, resumed: true}, nil
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/comfygate/comfygate/storage/pgtest"
 )
 
-// TestResume: a resumed lease debits a charge once per call id, under the
-// same guard as the original lease's Settle, on both limiters.
+// TestResume: a resumed lease frees the slot its owner left behind (a
+// gateway that died mid-call), once, and settling a call its owner settled
+// already frees nothing else, on both limiters.
 func TestResume(t *testing.T) {
 	mem, err := limits.NewMemory(0, nil)
 	if err != nil {
@@ -25,51 +26,47 @@ func TestResume(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			ws := "ws-resume-" + name
-			if _, err := l.AddCredits(ctx, ws, 100); err != nil {
-				t.Fatal(err)
-			}
-			lim := limits.Limits{RequireCredits: true}
-			// Settled by its owner, then resumed: no second debit.
+			lim := limits.Limits{MaxInFlight: 2, SpendCeilingCents: 20}
+			// Settled by its owner, then resumed: the other call keeps its slot.
 			lease, err := l.Admit(ctx, ws, limits.Call{ID: "settled", Cents: 5}, lim)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lease.Settle(ctx, 5); err != nil {
+			if _, err := l.Admit(ctx, ws, limits.Call{ID: "live", Cents: 3}, lim); err != nil {
 				t.Fatal(err)
 			}
-			again, err := limits.Resume(l, ws, "settled", true)
+			if err := lease.Settle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			again, err := limits.Resume(l, ws, "settled")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := again.Settle(ctx, 5); err != nil {
+			if err := again.Settle(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// Owner died without settling: the resumed lease debits, once.
+			if n, cents, _ := l.Inspect(ctx, ws); n != 1 || cents != 3 {
+				t.Fatalf("after resuming a settled call: %d in flight, %d cents; want 1, 3", n, cents)
+			}
+			// Owner died without settling: the resumed lease frees its slot
+			// and its cents, and a second resume changes nothing.
 			if _, err := l.Admit(ctx, ws, limits.Call{ID: "orphan", Cents: 7}, lim); err != nil {
 				t.Fatal(err)
 			}
 			for range 2 {
-				r, err := limits.Resume(l, ws, "orphan", true)
+				r, err := limits.Resume(l, ws, "orphan")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := r.Settle(ctx, 7); err != nil {
+				if err := r.Settle(ctx); err != nil {
 					t.Fatal(err)
 				}
+				if n, cents, _ := l.Inspect(ctx, ws); n != 1 || cents != 3 {
+					t.Errorf("after resume settles the orphan: %d in flight, %d cents; want 1, 3", n, cents)
+				}
 			}
-			if bal, _ := l.Balance(ctx, ws); bal != 88 {
-				t.Errorf("balance %d, want 88 (5 + 7 debited once each)", bal)
-			}
-			if n, cents, _ := l.Inspect(ctx, ws); n != 0 || cents != 0 {
-				t.Errorf("after resume settles: %d in flight, %d cents", n, cents)
-			}
-			// Without RequireCredits nothing is debited.
-			r, _ := limits.Resume(l, ws, "free", false)
-			if err := r.Settle(ctx, 9); err != nil {
-				t.Fatal(err)
-			}
-			if bal, _ := l.Balance(ctx, ws); bal != 88 {
-				t.Errorf("balance %d after a creditless resume, want 88", bal)
+			if _, err := limits.Resume(l, "", "x"); err == nil {
+				t.Error("Resume with an empty workspace succeeded")
 			}
 		})
 	}

@@ -8,14 +8,14 @@ package limits
 // committed cents (O(calls in flight)) and the key expiry refresh. All
 // operations of one call see one server time.
 //
-// KEYS: 1 leases ZSET, 2 cost HASH, 3 credits STRING, then any rate-window
-// and settled-guard keys the operations refer to by index.
+// KEYS: 1 leases ZSET, 2 cost HASH, then any rate-window keys the
+// operations refer to by index.
 //
 // ARGV: the operations one after another, each a kind and its fields:
 //
-//	A id ttl_ms max_in_flight cents ceiling require_credits n_windows
+//	A id ttl_ms max_in_flight cents ceiling n_windows
 //	  then per window: key_index name period_ms max
-//	S id reserved_cents(-1: unknown) charged guard_key_index(0: no debit) guard_ttl_ms
+//	S id reserved_cents(-1: unknown)
 //	H id ttl_ms
 //	I
 //
@@ -30,7 +30,7 @@ package limits
 // A script error (a key of the wrong type, say) fails every operation of the
 // call, and the operations before the failing one have taken effect: as
 // with a lost reply, an admission's lease then expires within one TTL and a
-// settle is retried (it is idempotent, and the guard keeps a debit single).
+// settle is retried (it is idempotent).
 const opsScriptSrc = `
 local now, t
 -- clock reads the server's time once per call: all operations share it.
@@ -57,7 +57,7 @@ while i <= n do
     local maxIn = tonumber(ARGV[i + 3])
     local cents = tonumber(ARGV[i + 4])
     local ceiling = tonumber(ARGV[i + 5])
-    local nw = tonumber(ARGV[i + 7])
+    local nw = tonumber(ARGV[i + 6])
     local r
     if not reaped then
       -- Leases at or past their expiry go, with their cents, before the
@@ -81,7 +81,7 @@ while i <= n do
     end
     for w = 0, nw - 1 do
       if r then break end
-      local b = i + 8 + 4 * w
+      local b = i + 7 + 4 * w
       local key = KEYS[tonumber(ARGV[b])]
       local period = tonumber(ARGV[b + 2])
       local wmax = tonumber(ARGV[b + 3])
@@ -91,10 +91,6 @@ while i <= n do
         local oldest = redis.call('ZRANGE', key, k - wmax, k - wmax, 'WITHSCORES')
         r = {0, 'rate', wmax, k, tonumber(oldest[2]) + period - now, ARGV[b + 1], count, committed}
       end
-    end
-    if not r and ARGV[i + 6] == '1' then
-      local bal = tonumber(redis.call('GET', KEYS[3]) or '0')
-      if bal - committed < cents then r = {0, 'credits', bal, committed, 0, '', count, committed} end
     end
     -- A call id already in flight is refused before anything else, as a
     -- programming error: checked here on refusals, and by ZADD NX below
@@ -108,7 +104,7 @@ while i <= n do
       refresh = ttl
       local member = id .. '@' .. t[1] .. '.' .. t[2] .. '.' .. i
       for w = 0, nw - 1 do
-        local b = i + 8 + 4 * w
+        local b = i + 7 + 4 * w
         local key = KEYS[tonumber(ARGV[b])]
         redis.call('ZADD', key, now, member)
         redis.call('PEXPIRE', key, tonumber(ARGV[b + 2]))
@@ -118,22 +114,16 @@ while i <= n do
       r = {1, '', 0, 0, 0, '', count, committed}
     end
     out[#out + 1] = r
-    i = i + 8 + 4 * nw
+    i = i + 7 + 4 * nw
   elseif kind == 'S' then
-    -- cents is what the lease reserved (-1: unknown, read it). The debit
-    -- happens at most once per call id within the guard's lifetime.
+    -- cents is what the lease reserved (-1: unknown, read it).
     local cents = tonumber(ARGV[i + 2])
-    local charged = tonumber(ARGV[i + 3])
-    local guard = tonumber(ARGV[i + 4])
     local removed = redis.call('ZREM', KEYS[1], id)
     if count and cents < 0 then cents = tonumber(redis.call('HGET', KEYS[2], id) or '0') end
     if redis.call('HDEL', KEYS[2], id) == 1 and count then committed = committed - cents end
     if count then count = count - removed end
-    if charged > 0 and guard > 0 and redis.call('SET', KEYS[guard], '1', 'NX', 'PX', ARGV[i + 5]) then
-      redis.call('DECRBY', KEYS[3], charged)
-    end
     out[#out + 1] = 1
-    i = i + 6
+    i = i + 3
   elseif kind == 'H' then
     clock()
     local s = redis.call('ZSCORE', KEYS[1], id)

@@ -32,11 +32,11 @@ var admissionCases = []testCase{
 			e.t.Fatalf("second lease totals %d calls %d cents, want 2, 20", b.InFlight, b.CommittedCents)
 		}
 		e.refuse("c", 10, lim, limits.Refusal{Reason: limits.ReasonInFlight, Limit: 2, Current: 2})
-		e.settle(a, 0)
+		e.settle(a)
 		c := e.admit("c", 10, lim)
 		e.inspect(2, 20)
-		e.settle(b, 0)
-		e.settle(c, 0)
+		e.settle(b)
+		e.settle(c)
 		e.inspect(0, 0)
 	}},
 	{"SpendCeilingHeaders", func(e *env) {
@@ -74,8 +74,8 @@ var admissionCases = []testCase{
 	{"RateWindowRetryAfter", func(e *env) {
 		const period = 1200 * time.Millisecond
 		lim := limits.Limits{Rate: []limits.Window{{Name: "short", Period: period, Max: 2}}}
-		e.settle(e.admit("a", 1, lim), 0)
-		e.settle(e.admit("b", 1, lim), 0)
+		e.settle(e.admit("a", 1, lim))
+		e.settle(e.admit("b", 1, lim))
 		ref := e.refuse("c", 1, lim, limits.Refusal{Reason: limits.ReasonRate, Limit: 2, Current: 2, Window: "short"})
 		if ref.RetryAfter <= 0 || ref.RetryAfter > period {
 			e.t.Fatalf("RetryAfter %v outside (0, %v]", ref.RetryAfter, period)
@@ -87,7 +87,7 @@ var admissionCases = []testCase{
 		e.eventually("admitted once the window frees", func() bool {
 			l, err := e.Limiter.Admit(e.ctx, e.ws, limits.Call{ID: "c", Cents: 1}, lim)
 			if err == nil {
-				e.settle(l, 0)
+				e.settle(l)
 				return true
 			}
 			var r *limits.Refusal
@@ -104,33 +104,13 @@ var admissionCases = []testCase{
 		}}
 		a := e.admit("a", 5, lim)
 		e.refuse("b", 5, lim, limits.Refusal{Reason: limits.ReasonInFlight, Limit: 1, Current: 1})
-		e.settle(a, 0)
-		e.settle(e.admit("c", 5, lim), 0) // the refused b took no rate unit
+		e.settle(a)
+		e.settle(e.admit("c", 5, lim)) // the refused b took no rate unit
 		ref := e.refuse("d", 5, lim, limits.Refusal{Reason: limits.ReasonRate, Limit: 2, Current: 2, Window: "minute"})
 		if ref.RetryAfter <= 0 || ref.RetryAfter > time.Minute {
 			e.t.Fatalf("RetryAfter %v outside (0, 1m]", ref.RetryAfter)
 		}
 		e.inspect(0, 0)
-	}},
-	{"Credits", func(e *env) {
-		lim := limits.Limits{RequireCredits: true, SpendCeilingCents: 1000}
-		e.refuse("a", 60, lim, limits.Refusal{Reason: limits.ReasonCredits})
-		if bal, err := e.Limiter.AddCredits(e.ctx, e.ws, 100); err != nil || bal != 100 {
-			e.t.Fatalf("AddCredits = %d, %v; want 100", bal, err)
-		}
-		a := e.admit("a", 60, lim)
-		// In-flight reservations count against the balance.
-		e.refuse("b", 50, lim, limits.Refusal{Reason: limits.ReasonCredits, Limit: 100, Current: 60, Remaining: 40})
-		e.settle(a, 55)
-		e.settle(a, 55) // idempotent: no second debit
-		e.balance(45)
-		e.refuse("b", 50, lim, limits.Refusal{Reason: limits.ReasonCredits, Limit: 45, Current: 0, Remaining: 45})
-		b := e.admit("b", 45, lim)
-		e.settle(b, 0) // not billed: nothing debited
-		e.balance(45)
-		// Without RequireCredits the balance is neither checked nor debited.
-		e.settle(e.admit("c", 500, limits.Limits{}), 500)
-		e.balance(45)
 	}},
 	{"DuplicateCallID", func(e *env) {
 		e.admit("a", 7, limits.Limits{})
@@ -195,7 +175,7 @@ var leaseCases = []testCase{
 		e.inspect(1, 30)
 		cancel() // the client went away; release must still happen
 		for range 2 {
-			if err := l.Settle(context.WithoutCancel(reqCtx), 0); err != nil {
+			if err := l.Settle(context.WithoutCancel(reqCtx)); err != nil {
 				e.t.Fatalf("settle on detached context: %v", err)
 			}
 		}
@@ -213,7 +193,7 @@ var leaseCases = []testCase{
 			}
 		}
 		e.inspect(1, 5)
-		e.settle(l, 0)
+		e.settle(l)
 		e.inspect(0, 0)
 	}},
 	{"CrashedGatewayLeaseIsReaped", func(e *env) {
@@ -251,10 +231,10 @@ var leaseCases = []testCase{
 		if err := crashed.Heartbeat(e.ctx); !errors.Is(err, limits.ErrLeaseLost) {
 			e.t.Fatalf("heartbeat of reaped lease: %v, want ErrLeaseLost", err)
 		}
-		e.settle(crashed, 0) // settling a reaped lease is harmless…
+		e.settle(crashed) // settling a reaped lease is harmless…
 		e.inspect(2, 50)     // …and does not touch the live ones
-		e.settle(next, 0)
-		e.settle(live, 0)
+		e.settle(next)
+		e.settle(live)
 		e.inspect(0, 0)
 	}},
 	{"ExpiredLeaseNotCountedBeforeReap", func(e *env) {

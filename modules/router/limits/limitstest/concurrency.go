@@ -74,7 +74,7 @@ func concurrency(e *env) {
 				time.Sleep(time.Duration(w%3) * time.Millisecond) // the "provider"
 				inFlight.Add(-1)
 				spend.Add(-cents)
-				if err := lease.Settle(context.WithoutCancel(e.ctx), cents); err != nil {
+				if err := lease.Settle(context.WithoutCancel(e.ctx)); err != nil {
 					errs <- fmt.Errorf("%s: settle: %w", call.ID, err)
 				}
 				return

@@ -93,9 +93,9 @@ func (e *env) refuse(id string, cents int64, lim limits.Limits, want limits.Refu
 	return ref
 }
 
-func (e *env) settle(l *limits.Lease, charged int64) {
+func (e *env) settle(l *limits.Lease) {
 	e.t.Helper()
-	if err := l.Settle(context.WithoutCancel(e.ctx), charged); err != nil {
+	if err := l.Settle(context.WithoutCancel(e.ctx)); err != nil {
 		e.t.Fatalf("settle %s: %v", l.ID, err)
 	}
 }
@@ -108,17 +108,6 @@ func (e *env) inspect(wantCount int, wantCents int64) {
 	}
 	if n != wantCount || c != wantCents {
 		e.t.Fatalf("inspect = %d calls, %d cents; want %d, %d", n, c, wantCount, wantCents)
-	}
-}
-
-func (e *env) balance(want int64) {
-	e.t.Helper()
-	b, err := e.Limiter.Balance(e.ctx, e.ws)
-	if err != nil {
-		e.t.Fatalf("balance: %v", err)
-	}
-	if b != want {
-		e.t.Fatalf("balance = %d, want %d", b, want)
 	}
 }
 
