@@ -100,7 +100,7 @@ func TestNoHandover(t *testing.T) {
 		second  Call
 		lim     Limits
 		otherWS bool
-		wait         time.Duration // between the settle and the next admission
+		wait    time.Duration // between the settle and the next admission
 		// before the first call's settle starts: Call.Resumable, a
 		// heartbeat that finds the slot gone, Close.
 		resumable, lost, closed bool

@@ -79,12 +79,12 @@ func TestScriptCallRunsOpsInOrder(t *testing.T) {
 	batch := []*op{
 		one("a", 4), // admitted: 1 call, 4 cents
 		r.admitOp("two", Call{ID: "x", Cents: 9}, lim), // other workspace
-		one("a", 1),      // duplicate
-		one("b", 5),      // admitted: 2 calls, 9 cents
-		one("c", 1),      // refused: 2 in flight
+		one("a", 1),   // duplicate
+		one("b", 5),   // admitted: 2 calls, 9 cents
+		one("c", 1),   // refused: 2 in flight
 		r.settleOp(a), // 1 call, 5 cents
-		one("d", 6),      // refused: 5 + 6 > 10
-		one("e", 5),      // admitted: 2 calls, 10 cents
+		one("d", 6),   // refused: 5 + 6 > 10
+		one("e", 5),   // admitted: 2 calls, 10 cents
 		{keyTag: r.keyTag("one"), args: []any{"I"}}, // 2, 10
 		r.settleOp(b), // 1 call, 5 cents
 		{keyTag: r.keyTag("one"), args: []any{"H", "b", r.ttl.Milliseconds()}}, // b is gone

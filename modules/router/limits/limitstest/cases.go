@@ -232,7 +232,7 @@ var leaseCases = []testCase{
 			e.t.Fatalf("heartbeat of reaped lease: %v, want ErrLeaseLost", err)
 		}
 		e.settle(crashed) // settling a reaped lease is harmless…
-		e.inspect(2, 50)     // …and does not touch the live ones
+		e.inspect(2, 50)  // …and does not touch the live ones
 		e.settle(next)
 		e.settle(live)
 		e.inspect(0, 0)
