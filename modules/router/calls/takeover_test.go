@@ -79,6 +79,10 @@ func TestKeyedCallStoresHandleWhileRunning(t *testing.T) {
 func TestStaleRunningRecord(t *testing.T) {
 	f := newCreditsFixture(t, &fakeAdapter{work: 30 * time.Millisecond, handle: true})
 	f.svc.cfg.TakeoverAfter = 50 * time.Millisecond
+	// The handle-less record must still be within its deadline when the
+	// first retry of it arrives, after the takeover below: a deadline
+	// well above that work keeps a loaded machine from passing it first.
+	f.model.Deadline = 1500 * time.Millisecond
 	ctx := context.Background()
 	f.grant(t, 20)
 	f.fake.mu.Lock()
