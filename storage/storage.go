@@ -105,6 +105,12 @@ type AssetStore interface {
 	// DeleteExpiredAssets removes up to limit assets whose ExpiresAt is before
 	// now, calling remove for blobs left unreferenced. It returns how many it removed.
 	DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove BlobFunc) (int, error)
+	// RemoveOrphanBlobs calls remove for each of hashes that no blob record
+	// names (bytes published by a create whose transaction then failed),
+	// holding the hash as a create and a delete do: a create of the same
+	// bytes waits for it and then publishes them again. It returns how many
+	// it removed, and the joined remove errors if any.
+	RemoveOrphanBlobs(ctx context.Context, hashes []string, remove BlobFunc) (int, error)
 }
 
 // APIKey is an account-scoped credential. Only a digest of its secret is kept.

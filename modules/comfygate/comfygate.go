@@ -72,6 +72,9 @@ type App struct {
 	cancelRuns context.CancelFunc
 	runCtx     context.Context
 	stopped    []<-chan struct{}
+	// orphanCursor is where the orphan-blob sweep goes on (maintain's
+	// goroutine only).
+	orphanCursor string
 }
 
 // StorageConfig selects a storage backend.
@@ -354,7 +357,8 @@ func (a *App) Assets() *assets.Service {
 	}
 }
 
-// maintain sweeps expired assets and stale temp files until ctx ends.
+// maintain sweeps expired assets, stale temp files and orphan blobs until
+// ctx ends.
 func (a *App) maintain(ctx context.Context) {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
@@ -368,6 +372,7 @@ func (a *App) maintain(ctx context.Context) {
 		if _, err := a.res.blobs.Sweep(ctx, time.Hour); err != nil && ctx.Err() == nil {
 			a.logger.Error("sweeping stale upload files", zap.Error(err))
 		}
+		a.sweepOrphans(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -42,6 +42,12 @@ type Store interface {
 	Stat(ctx context.Context, hash string) (int64, error)
 	// Remove deletes the object; a missing object is success.
 	Remove(ctx context.Context, hash string) error
+	// List returns up to limit addresses of published objects, in
+	// ascending order, each after the address after ("" = from the
+	// first). A caller walks the store page by page, each page starting
+	// after the last address of the one before: the storage layer's
+	// orphan sweep does, to find objects no record names.
+	List(ctx context.Context, after string, limit int) ([]string, error)
 	// Leftovers lists what unfinished uploads left behind: temp files,
 	// temp objects, incomplete multipart uploads. Uploads in progress are
 	// listed too; their Modified keeps moving.

@@ -47,6 +47,7 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Assets", assetCases},
 		{"Delete", deleteCases},
 		{"Concurrency", concurrencyCases},
+		{"Orphans", orphanCases},
 		{"APIKeys", apiKeyCases},
 		{"Migrate", migrateCases},
 		{"Deployments", deploymentCases},

@@ -49,6 +49,7 @@ var cases = []storeCase{
 	{"CanceledUpload", testCanceledUpload},
 	{"LeftoversAndSweep", testLeftoversAndSweep},
 	{"StoreDown", testStoreDown},
+	{"List", testList},
 }
 
 // Run runs the conformance suite; open returns a fresh, empty store per

@@ -328,6 +328,9 @@ func testStoreDown(t *testing.T, h Harness) {
 	if _, err := s.Stat(ctx(t), hash); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat with the store down = %v, want a store error", err)
 	}
+	if got, err := s.List(ctx(t), "", 10); err == nil {
+		t.Errorf("List with the store down = %v, want a store error", got)
+	}
 	if r, _, err := s.Open(ctx(t), hash, 0); err == nil || errors.Is(err, fs.ErrNotExist) {
 		if r != nil {
 			r.Close()
