@@ -48,6 +48,12 @@ type S3BlobsConfig struct {
 	// upload holds at most three parts in memory, and S3 allows 10,000
 	// parts, so max_upload_size may be at most 10,000 parts. Default 8 MiB.
 	PartSize int64 `json:"part_size,omitempty"`
+	// Timeout is how long a request to the store may make no progress (no
+	// byte sent or received, no answer) before it fails and is retried (up
+	// to three times), so that a store that goes silent fails uploads and
+	// reads within about four times this instead of hanging them.
+	// Default 10s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
 }
 
 // applyBlobDefaults resolves placeholders and the file_system default dir.
@@ -105,7 +111,7 @@ func (c *S3BlobsConfig) storeConfig() s3blob.Config {
 	return s3blob.Config{
 		Endpoint: c.Endpoint, Bucket: c.Bucket, Region: c.Region, Prefix: c.Prefix,
 		AccessKey: c.AccessKey, SecretKey: c.SecretKey, PathStyle: c.PathStyle,
-		PresignTTL: time.Duration(c.Presign), PartSize: c.PartSize,
+		PresignTTL: time.Duration(c.Presign), PartSize: c.PartSize, Timeout: time.Duration(c.Timeout),
 	}
 }
 
@@ -145,6 +151,7 @@ func (r *resources) presigner() blob.Presigner {
 //		path_style
 //		presign [<ttl>]
 //		part_size <size>
+//		timeout <duration>
 //	}
 func unmarshalBlobs(d *caddyfile.Dispenser) (*BlobsConfig, error) {
 	var backend string
@@ -184,6 +191,16 @@ func unmarshalBlobs(d *caddyfile.Dispenser) (*BlobsConfig, error) {
 			}
 			if d.NextArg() {
 				return nil, d.ArgErr()
+			}
+			continue
+		}
+		if name == "timeout" {
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			if err := ParseDuration(v, &s.Timeout); err != nil {
+				return nil, d.Errf("timeout: %v", err)
 			}
 			continue
 		}

@@ -27,9 +27,10 @@ func TestUnmarshalBlobs(t *testing.T) {
 			path_style
 			presign 15m
 			part_size 16MiB
+			timeout 30s
 		}`, want: BlobsConfig{Backend: "s3", S3: &S3BlobsConfig{Endpoint: "https://s3.example.com", Bucket: "assets",
 			Region: "eu-west-1", Prefix: "gw/", AccessKey: "{env.AK}", SecretKey: "{env.SK}", PathStyle: true,
-			Presign: caddy.Duration(15 * time.Minute), PartSize: 16 << 20}}},
+			Presign: caddy.Duration(15 * time.Minute), PartSize: 16 << 20, Timeout: caddy.Duration(30 * time.Second)}}},
 		{name: "presign default ttl", in: "blobs s3 {\n endpoint http://h:1\n bucket b\n presign\n}",
 			want: BlobsConfig{Backend: "s3", S3: &S3BlobsConfig{Endpoint: "http://h:1", Bucket: "b", Presign: caddy.Duration(time.Hour)}}},
 		{name: "unknown backend", in: `blobs gcs x`, wantErr: "unknown blobs backend"},
@@ -37,6 +38,7 @@ func TestUnmarshalBlobs(t *testing.T) {
 		{name: "s3 with an argument", in: `blobs s3 bucket`, wantErr: "wrong argument count"},
 		{name: "unknown s3 option", in: "blobs s3 {\n acl public\n}", wantErr: `unknown blobs s3 option "acl"`},
 		{name: "bad part_size", in: "blobs s3 {\n part_size big\n}", wantErr: "part_size"},
+		{name: "bad timeout", in: "blobs s3 {\n timeout never\n}", wantErr: "timeout"},
 		{name: "bad ttl", in: "blobs s3 {\n presign soon\n}", wantErr: "presign"},
 		{name: "path_style with a value", in: "blobs s3 {\n path_style yes\n}", wantErr: "wrong argument count"},
 		{name: "two endpoints", in: "blobs s3 {\n endpoint a b\n}", wantErr: "wrong argument count"},
@@ -84,6 +86,7 @@ func TestValidateBlobs(t *testing.T) {
 		{"endpoint with a path", s3(func(c *S3BlobsConfig) { c.Endpoint = "https://h/bucket" }), 0, "endpoint"},
 		{"no bucket", s3(func(c *S3BlobsConfig) { c.Bucket = "" }), 0, "bucket"},
 		{"presign over 7 days", s3(func(c *S3BlobsConfig) { c.Presign = caddy.Duration(8 * 24 * time.Hour) }), 0, "presign"},
+		{"negative timeout", s3(func(c *S3BlobsConfig) { c.Timeout = caddy.Duration(-time.Second) }), 0, "timeout"},
 		{"part_size under 5 MiB", s3(func(c *S3BlobsConfig) { c.PartSize = 4 << 20 }), 0, "part size"},
 		{"uploads over 10,000 default parts", s3(func(*S3BlobsConfig) {}), 80 << 30, "raise part_size"},
 		{"uploads within 10,000 larger parts", s3(func(c *S3BlobsConfig) { c.PartSize = 16 << 20 }), 80 << 30, ""},

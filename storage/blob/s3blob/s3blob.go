@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -77,6 +78,11 @@ type Config struct {
 	PresignTTL time.Duration
 	// PartSize is the multipart part size. Default DefaultPartSize.
 	PartSize int64
+	// Timeout is how long a request may make no progress (no byte sent or
+	// received, no answer) before it fails; minio-go then retries it up to
+	// maxRetries times. A silent store fails a request within about
+	// (maxRetries+1) × Timeout. Default DefaultTimeout.
+	Timeout time.Duration
 }
 
 // MaxObjectSize is the largest upload a store with this part size (0: the
@@ -118,6 +124,12 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("s3blob: timeout must not be negative")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	lookup := minio.BucketLookupDNS
 	if cfg.PathStyle {
 		lookup = minio.BucketLookupPath
@@ -128,6 +140,12 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("s3blob: %w", err)
 	}
 	transport.MaxIdleConnsPerHost = 64
+	dialer := &progressDialer{timeout: cfg.Timeout, dialer: net.Dialer{KeepAlive: 30 * time.Second}}
+	transport.DialContext = dialer.DialContext
+	transport.ResponseHeaderTimeout = cfg.Timeout
+	// An idle connection's pending read would reach its deadline after
+	// Timeout; the pool lets it go before that.
+	transport.IdleConnTimeout = cfg.Timeout / 2
 	client, err := minio.New(u.Host, &minio.Options{
 		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure:       secure,
