@@ -32,6 +32,11 @@ type worker struct {
 	pool *Pool
 	cfg  WorkerConfig
 	base *url.URL
+	// source is where it came from (sourceStatic, sourceAdmin, or a DNS
+	// source's key); ctx ends when it leaves the pool.
+	source string
+	ctx    context.Context
+	stop   context.CancelFunc
 	// clientID is this worker connection's stable WebSocket session id; every
 	// prompt is submitted with it so that its events come to our socket.
 	clientID string
@@ -44,13 +49,18 @@ type worker struct {
 
 	mu             sync.Mutex
 	healthy        bool
+	draining       bool
 	lastOK         time.Time
 	catalog        workflow.Catalog
 	objectInfo     map[string]json.RawMessage // the catalog as the worker sent it, per class
 	catalogAt      time.Time
 	queueRemaining int
 	inflight       int
-	attempts       map[string]*attempt
+	// models are the models its recent executions loaded (model affinity).
+	models modelLRU
+	// starts are when its attempts in flight took their slots, oldest first.
+	starts   []time.Time
+	attempts map[string]*attempt
 	// current is the prompt the worker executes now, the owner of
 	// unattributed (type 1) preview frames.
 	current string
@@ -62,12 +72,16 @@ type worker struct {
 	logsWanted atomic.Bool
 }
 
-func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
+func newWorker(p *Pool, idx int, cfg WorkerConfig, source string) (*worker, error) {
 	base, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
 	if err != nil {
 		return nil, err
 	}
+	ctx, stop := context.WithCancel(p.ctx)
 	return &worker{
+		source:   source,
+		ctx:      ctx,
+		stop:     stop,
 		pool:     p,
 		cfg:      cfg,
 		base:     base,
@@ -76,6 +90,7 @@ func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
 		log:      p.logger.With(zap.String("worker", base.Redacted()), zap.Int("worker_index", idx)),
 		firstTry: make(chan struct{}),
 		attempts: map[string]*attempt{},
+		models:   modelLRU{size: p.cfg.AffinityModels},
 	}, nil
 }
 
@@ -111,6 +126,7 @@ func (w *worker) markFailure(err error) {
 		return
 	}
 	w.healthy = false
+	w.models.reset() // whatever it held may be gone with it
 	lost := make([]*attempt, 0, len(w.attempts))
 	for _, a := range w.attempts {
 		lost = append(lost, a)
@@ -135,39 +151,75 @@ func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
 	return w.catalog, w.healthy
 }
 
-// candidate reports whether the worker is healthy and has every class;
-// load is -1 when it has no free slot.
-func (w *worker) candidate(classes []string) (load float64, ok bool) {
+// workerState is what the scheduler weighs of one worker for one job.
+type workerState struct {
+	// free: the worker has a slot; load is its queue per slot.
+	free bool
+	load float64
+	// held counts the job's models among the worker's recent ones.
+	held int
+	// oldest is when its oldest attempt in flight started.
+	oldest time.Time
+}
+
+// candidate reports whether the worker is healthy and has every class,
+// and its state for a job that loads models.
+func (w *worker) candidate(classes, models []string) (st workerState, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.healthy || w.catalog == nil {
-		return 0, false
+	if !w.healthy || w.catalog == nil || w.draining {
+		return st, false
 	}
 	for _, c := range classes {
 		if _, has := w.catalog[c]; !has {
-			return 0, false
+			return st, false
 		}
 	}
-	if w.inflight >= w.cfg.Concurrency {
-		return -1, true
+	st.held = w.models.holds(models)
+	if len(w.starts) > 0 {
+		st.oldest = w.starts[0]
 	}
-	return float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency), true
+	if w.inflight >= w.cfg.Concurrency {
+		return st, true
+	}
+	st.free = true
+	st.load = float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency)
+	return st, true
 }
 
-func (w *worker) reserve() bool {
+// reserve takes a slot for a job that loads models, and counts them among
+// the worker's recent ones.
+func (w *worker) reserve(models []string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.healthy || w.inflight >= w.cfg.Concurrency {
+	if !w.healthy || w.draining || w.inflight >= w.cfg.Concurrency {
 		return false
 	}
 	w.inflight++
+	w.starts = append(w.starts, time.Now())
+	w.models.use(models)
 	return true
+}
+
+// forgetModels empties the worker's recent models: after a restart or a
+// /free, nothing is known to be loaded.
+func (w *worker) forgetModels() {
+	w.mu.Lock()
+	w.models.reset()
+	w.mu.Unlock()
 }
 
 func (w *worker) release() {
 	w.mu.Lock()
 	w.inflight--
+	if len(w.starts) > 0 {
+		w.starts = w.starts[1:]
+	}
+	drained := w.draining && w.inflight == 0
 	w.mu.Unlock()
+	if drained {
+		w.pool.retire(w)
+	}
 	w.pool.notify()
 }
 
@@ -191,6 +243,7 @@ func (w *worker) unregister(a *attempt) {
 // reconcile what they may have missed while the socket was down.
 func (w *worker) connectLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	reconnect := false
 	for ctx.Err() == nil {
 		conn, err := w.dial(ctx)
 		if err == nil {
@@ -211,6 +264,12 @@ func (w *worker) connectLoop(ctx context.Context) {
 			backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
 			continue
 		}
+		if reconnect {
+			// A restarted ComfyUI has an empty memory; a socket that only
+			// dropped cannot be told apart from one, so forget either way.
+			w.forgetModels()
+		}
+		reconnect = true
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		if w.logsWanted.Load() {
