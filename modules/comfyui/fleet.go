@@ -237,6 +237,24 @@ func isNotFound(err error) bool {
 	return errors.As(err, &de) && de.IsNotFound
 }
 
+// equalJitter is a backoff wait between d/2 and d: random enough to spread
+// workers that dropped together, and still growing as d doubles.
+func equalJitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + time.Duration(randInt64n(int64(d/2)))
+}
+
+// Dial pacing: every worker of a pool dials its socket through one token
+// bucket of dialRate per second with a burst of dialBurst, so that at most
+// dialBurst + dialRate/10 dials leave in any 100 ms (15), whether a hundred
+// workers start together or all their sockets dropped at once.
+const (
+	dialRate  = 100
+	dialBurst = 5
+)
+
 // jittered spreads a period over ±20 %, so that many loops started
 // together do not stay in step.
 func jittered(d time.Duration) time.Duration {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/workflow"
@@ -44,6 +45,8 @@ type Pool struct {
 	waiters []*waiter
 	// times learns warm and cold attempt times for model affinity.
 	times runTimes
+	// dials paces the workers' socket dials (see dialRate).
+	dials *rate.Limiter
 }
 
 // New validates cfg and builds a pool. It does no network I/O; Start does.
@@ -60,7 +63,8 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
+	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
+		dials: rate.NewLimiter(dialRate, dialBurst)}
 	var workers []*worker
 	for _, wc := range cfg.Workers {
 		w, err := newWorker(p, p.nextIdx, wc, sourceStatic)

@@ -47,13 +47,16 @@ type worker struct {
 	firstTry  chan struct{}
 	firstOnce sync.Once
 
-	mu             sync.Mutex
-	healthy        bool
-	draining       bool
-	lastOK         time.Time
-	catalog        workflow.Catalog
-	objectInfo     map[string]json.RawMessage // the catalog as the worker sent it, per class
-	catalogAt      time.Time
+	mu         sync.Mutex
+	healthy    bool
+	draining   bool
+	lastOK     time.Time
+	catalog    workflow.Catalog
+	objectInfo map[string]json.RawMessage // the catalog as the worker sent it, per class
+	catalogAt  time.Time
+	// refreshEvery is when the catalog is next re-read after catalogAt:
+	// RefreshInterval jittered, so that workers refresh spread out.
+	refreshEvery   time.Duration
 	queueRemaining int
 	inflight       int
 	// models are the models its recent executions loaded (model affinity).
@@ -245,6 +248,12 @@ func (w *worker) connectLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	reconnect := false
 	for ctx.Err() == nil {
+		// Every worker of the pool dials through one limiter, so a pool
+		// whose sockets all dropped at once (a network blip) reconnects at a
+		// bounded rate instead of in a burst.
+		if w.pool.dials.Wait(ctx) != nil {
+			break
+		}
 		conn, err := w.dial(ctx)
 		if err == nil {
 			if err = w.refreshCatalog(ctx); err != nil {
@@ -258,7 +267,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 			}
 			w.markFailure(err)
 			w.log.Debug("connecting to worker", zap.Error(err))
-			if !reconnectSleep(ctx, backoff) {
+			if !reconnectSleep(ctx, equalJitter(backoff)) {
 				return
 			}
 			backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
@@ -293,7 +302,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 		if time.Since(connected) >= stableConnection {
 			backoff = 100 * time.Millisecond
 		}
-		if !reconnectSleep(ctx, backoff) {
+		if !reconnectSleep(ctx, equalJitter(backoff)) {
 			w.broadcast(event{kind: evLost, err: errPoolClosed})
 			return
 		}
@@ -318,11 +327,13 @@ func (w *worker) keepPinging(ctx context.Context, conn *websocket.Conn) (stop fu
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(pingInterval)
-		defer t.Stop()
 		for {
+			// Jittered, so that a hundred sockets opened together do not
+			// ping in step.
+			t := time.NewTimer(jittered(pingInterval))
 			select {
 			case <-pctx.Done():
+				t.Stop()
 				return
 			case <-t.C:
 			}
@@ -506,14 +517,15 @@ func imageTypeName(t uint32) string {
 // probeLoop polls GET /prompt for the worker's load and health, and
 // re-reads /object_info every RefreshInterval.
 func (w *worker) probeLoop(ctx context.Context) {
-	t := time.NewTicker(w.pool.cfg.healthInterval())
-	defer t.Stop()
+	// The first probe comes at a random point of the interval and each
+	// next one after a jittered interval, so that the workers of a pool
+	// started together are probed spread out, not in step.
+	next := time.Duration(randInt64n(int64(w.pool.cfg.healthInterval()) + 1))
 	for {
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, next) {
 			return
-		case <-t.C:
 		}
+		next = jittered(w.pool.cfg.healthInterval())
 		var st struct {
 			ExecInfo struct {
 				QueueRemaining int `json:"queue_remaining"`
@@ -527,7 +539,7 @@ func (w *worker) probeLoop(ctx context.Context) {
 		}
 		w.mu.Lock()
 		w.queueRemaining = st.ExecInfo.QueueRemaining
-		stale := time.Since(w.catalogAt) >= w.pool.cfg.RefreshInterval
+		stale := time.Since(w.catalogAt) >= w.refreshEvery
 		w.mu.Unlock()
 		if stale {
 			if err := w.refreshCatalog(ctx); err != nil {
@@ -557,6 +569,7 @@ func (w *worker) refreshCatalog(ctx context.Context) error {
 	}
 	w.mu.Lock()
 	w.catalog, w.objectInfo, w.catalogAt = cat, raw, time.Now()
+	w.refreshEvery = jittered(w.pool.cfg.RefreshInterval)
 	w.mu.Unlock()
 	w.pool.notify()
 	return nil

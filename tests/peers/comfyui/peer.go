@@ -104,6 +104,8 @@ type Peer struct {
 	// models is the model memory; modelLoad the cost of a cold load.
 	models    modelMemory
 	modelLoad time.Duration
+	// wsAttempts are the arrival times of the /ws requests.
+	wsAttempts []time.Time
 }
 
 type prompt struct {
@@ -188,6 +190,20 @@ func (p *Peer) Running() string {
 		return ""
 	}
 	return p.running.id
+}
+
+// SocketAttempts returns when each /ws request (a socket dial) arrived.
+func (p *Peer) SocketAttempts() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.wsAttempts...)
+}
+
+// OpenSockets counts the sockets open now.
+func (p *Peer) OpenSockets() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sockets)
 }
 
 // HistoryIDs lists the prompt ids the history holds.
@@ -319,6 +335,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // announce supports_preview_metadata.
 func (p *Peer) ws(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
+	p.wsAttempts = append(p.wsAttempts, time.Now())
 	reject := p.sw.RejectSockets
 	p.mu.Unlock()
 	if reject {
