@@ -67,12 +67,17 @@ func (p *Pool) addLocked(wc WorkerConfig, source string) error {
 	for _, w := range p.all() {
 		if w.cfg.URL == wc.URL {
 			w.mu.Lock()
-			if w.draining {
+			back := w.draining
+			if back {
 				w.draining = false
 				w.source = source
-				w.log.Info("worker back in rotation", zap.String("source", source))
+				p.capacity.Add(int64(w.cfg.Concurrency))
 			}
 			w.mu.Unlock()
+			if back {
+				w.log.Info("worker back in rotation", zap.String("source", source))
+				p.reindex(w)
+			}
 			return nil
 		}
 	}
@@ -83,6 +88,7 @@ func (p *Pool) addLocked(wc WorkerConfig, source string) error {
 	p.nextIdx++
 	list := append(slices.Clone(p.all()), w)
 	p.list.Store(&list)
+	p.capacity.Add(int64(wc.Concurrency))
 	w.log.Info("worker joined the pool", zap.String("source", source))
 	if p.started {
 		p.launch(w)
@@ -109,6 +115,9 @@ func (p *Pool) drain(w *worker) {
 	w.mu.Lock()
 	was := w.draining
 	w.draining = true
+	if !was {
+		p.capacity.Add(-int64(w.cfg.Concurrency))
+	}
 	idle := w.inflight == 0
 	w.mu.Unlock()
 	if !was {
@@ -117,7 +126,7 @@ func (p *Pool) drain(w *worker) {
 	if idle {
 		p.retire(w)
 	}
-	p.notify()
+	p.touch(w)
 }
 
 // retire removes a drained, idle worker from the pool and stops its loops.
@@ -136,6 +145,8 @@ func (p *Pool) retire(w *worker) {
 	}
 	p.list.Store(&list)
 	w.stop()
+	p.unindex(w)
+	p.catalogChanged()
 	w.log.Info("drained worker left the pool")
 }
 

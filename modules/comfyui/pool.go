@@ -47,6 +47,13 @@ type Pool struct {
 	times runTimes
 	// dials paces the workers' socket dials (see dialRate).
 	dials *rate.Limiter
+	// index is the scheduler's view of the workers (guarded by smu).
+	index schedIndex
+	// capacity is the sum of the concurrencies of the workers not draining.
+	capacity atomic.Int64
+	// catGen counts catalog changes; union caches the unions of a gen.
+	catGen atomic.Uint64
+	union  atomic.Pointer[union]
 }
 
 // New validates cfg and builds a pool. It does no network I/O; Start does.
@@ -64,7 +71,7 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
-		dials: rate.NewLimiter(dialRate, dialBurst)}
+		dials: rate.NewLimiter(dialRate, dialBurst), index: newSchedIndex()}
 	var workers []*worker
 	for _, wc := range cfg.Workers {
 		w, err := newWorker(p, p.nextIdx, wc, sourceStatic)
@@ -74,6 +81,7 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 		}
 		p.nextIdx++
 		workers = append(workers, w)
+		p.capacity.Add(int64(wc.Concurrency))
 	}
 	p.list.Store(&workers)
 	return p, nil
@@ -118,16 +126,13 @@ func (p *Pool) Close() error {
 // Capacity is the sum of the concurrencies of the workers that take jobs
 // (draining ones do not): how many attempts the dispatcher should run at
 // once. It changes as workers come and go.
-func (p *Pool) Capacity() int {
-	n := 0
-	for _, w := range p.all() {
-		w.mu.Lock()
-		if !w.draining {
-			n += w.cfg.Concurrency
-		}
-		w.mu.Unlock()
-	}
-	return n
+func (p *Pool) Capacity() int { return int(p.capacity.Load()) }
+
+// touch re-files w in the scheduler's index after a change of its state
+// and wakes what waits for one.
+func (p *Pool) touch(w *worker) {
+	p.reindex(w)
+	p.notify()
 }
 
 // WorkerState is what the pool knows of one worker right now.
@@ -217,7 +222,7 @@ func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, erro
 }
 
 func (p *Pool) unionObjectInfo() map[string]json.RawMessage {
-	return unionOf(p.all(), (*worker).objectInfoIfHealthy)
+	return p.unions().info
 }
 
 // awaitFirstTries starts the pool and waits (bounded by ctx and
@@ -250,8 +255,32 @@ func (p *Pool) classSpec(name string) (workflow.NodeClass, bool) {
 	return workflow.NodeClass{}, false
 }
 
-func (p *Pool) unionCatalog() workflow.Catalog {
-	return unionOf(p.all(), (*worker).catalogIfHealthy)
+func (p *Pool) unionCatalog() workflow.Catalog { return p.unions().cat }
+
+// union is the pool's catalog and object_info as of a catalog generation.
+type union struct {
+	gen  uint64
+	cat  workflow.Catalog
+	info map[string]json.RawMessage
+}
+
+// catalogChanged marks the unions stale: a worker's catalog or health
+// changed, or a worker left.
+func (p *Pool) catalogChanged() { p.catGen.Add(1) }
+
+// unions returns the union of the healthy workers' catalogs, rebuilt only
+// after a change (every submission validates against it; merging a
+// hundred catalogs each time would cost more than the rest of a submit).
+func (p *Pool) unions() *union {
+	gen := p.catGen.Load()
+	if u := p.union.Load(); u != nil && u.gen == gen {
+		return u
+	}
+	workers := p.all()
+	u := &union{gen: gen, cat: unionOf(workers, (*worker).catalogIfHealthy),
+		info: unionOf(workers, (*worker).objectInfoIfHealthy)}
+	p.union.Store(u)
+	return u
 }
 
 // unionOf merges, class by class, what get returns for each healthy worker

@@ -3,6 +3,7 @@ package comfyui
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -137,40 +138,38 @@ func (p *Pool) schedule() {
 
 // choose reserves the worker wt should take now, nil when none. holding
 // counts, by model set, the older waiters of this pass that hold out for a
-// warm worker. Called with smu held.
+// warm worker. It reads the index (schedindex.go): O(models × log n).
+// Called with smu held.
 func (p *Pool) choose(wt *waiter, now time.Time, holding map[string]int) *worker {
-	var best, bestWarm *worker
-	var bestLoad, bestWarmLoad float64
-	bestWarmHeld, anyCandidate, warmBusy := 0, false, 0
+	ix := &p.index
+	best := ix.idle.top(wt.classes)
+	var bestWarm *entry
+	bestWarmHeld, warmBusy := 0, 0
 	var soonest time.Time // the oldest attempt on a busy warm worker
-	for _, w := range p.all() {
-		st, ok := w.candidate(wt.classes, wt.models)
-		if !ok {
-			continue
-		}
-		anyCandidate = true
-		if !st.free {
-			if st.held > 0 {
-				warmBusy++
-				if soonest.IsZero() || st.oldest.Before(soonest) {
-					soonest = st.oldest
+	for _, m := range wt.models {
+		if h := ix.idleBy[m]; h != nil {
+			if e := h.top(wt.classes); e != nil {
+				held := countHeld(e.models, wt.models)
+				if held > bestWarmHeld || held == bestWarmHeld && e.load < bestWarm.load {
+					bestWarm, bestWarmHeld = e, held
 				}
 			}
-			continue
 		}
-		if best == nil || st.load < bestLoad {
-			best, bestLoad = w, st.load
-		}
-		if st.held > 0 && (st.held > bestWarmHeld || st.held == bestWarmHeld && st.load < bestWarmLoad) {
-			bestWarm, bestWarmHeld, bestWarmLoad = w, st.held, st.load
+		if h := ix.busyBy[m]; h != nil && h.Len() > 0 {
+			warmBusy += h.Len()
+			if o := h.items[0].oldest; soonest.IsZero() || o.Before(soonest) {
+				soonest = o
+			}
 		}
 	}
-	switch {
-	case !anyCandidate:
+	if best == nil && ix.busy.top(wt.classes) == nil {
+		// No healthy worker has the classes.
 		if wt.noneSince.IsZero() {
 			wt.noneSince = now
 		}
 		return nil
+	}
+	switch {
 	case p.cfg.Dispatch == DispatchLeastBusy:
 	case bestWarm != nil:
 		best = bestWarm
@@ -178,11 +177,27 @@ func (p *Pool) choose(wt *waiter, now time.Time, holding map[string]int) *worker
 		best = nil // hold out for the warm worker
 	}
 	wt.noneSince = time.Time{}
-	if best == nil || !best.reserve(wt.models) {
+	if best == nil {
 		return nil
 	}
+	ok := best.w.reserve(wt.models)
+	p.reindexLocked(best.w)
+	if !ok {
+		return nil // its state changed; the change's notify schedules again
+	}
 	wt.warm = best == bestWarm && bestWarmHeld == len(wt.models)
-	return best
+	return best.w
+}
+
+// countHeld counts how many of want are in held.
+func countHeld(held, want []string) int {
+	n := 0
+	for _, m := range want {
+		if slices.Contains(held, m) {
+			n++
+		}
+	}
+	return n
 }
 
 // worthWaiting reports whether a warm worker should be free before a cold

@@ -35,6 +35,7 @@ type worker struct {
 	// source is where it came from (sourceStatic, sourceAdmin, or a DNS
 	// source's key); ctx ends when it leaves the pool.
 	source string
+	idx    int // order of joining, the tie-break between equals
 	ctx    context.Context
 	stop   context.CancelFunc
 	// clientID is this worker connection's stable WebSocket session id; every
@@ -83,6 +84,7 @@ func newWorker(p *Pool, idx int, cfg WorkerConfig, source string) (*worker, erro
 	ctx, stop := context.WithCancel(p.ctx)
 	return &worker{
 		source:   source,
+		idx:      idx,
 		ctx:      ctx,
 		stop:     stop,
 		pool:     p,
@@ -116,7 +118,8 @@ func (w *worker) markOK() {
 	w.mu.Unlock()
 	if became {
 		w.log.Info("worker is healthy")
-		w.pool.notify()
+		w.pool.catalogChanged()
+		w.pool.touch(w)
 	}
 }
 
@@ -139,7 +142,8 @@ func (w *worker) markFailure(err error) {
 	for _, a := range lost {
 		a.push(event{kind: evLost, err: fmt.Errorf("worker %s stopped answering: %w", w.base.Redacted(), err)})
 	}
-	w.pool.notify()
+	w.pool.catalogChanged()
+	w.pool.touch(w)
 }
 
 func (w *worker) objectInfoIfHealthy() (map[string]json.RawMessage, bool) {
@@ -152,42 +156,6 @@ func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.catalog, w.healthy
-}
-
-// workerState is what the scheduler weighs of one worker for one job.
-type workerState struct {
-	// free: the worker has a slot; load is its queue per slot.
-	free bool
-	load float64
-	// held counts the job's models among the worker's recent ones.
-	held int
-	// oldest is when its oldest attempt in flight started.
-	oldest time.Time
-}
-
-// candidate reports whether the worker is healthy and has every class,
-// and its state for a job that loads models.
-func (w *worker) candidate(classes, models []string) (st workerState, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.healthy || w.catalog == nil || w.draining {
-		return st, false
-	}
-	for _, c := range classes {
-		if _, has := w.catalog[c]; !has {
-			return st, false
-		}
-	}
-	st.held = w.models.holds(models)
-	if len(w.starts) > 0 {
-		st.oldest = w.starts[0]
-	}
-	if w.inflight >= w.cfg.Concurrency {
-		return st, true
-	}
-	st.free = true
-	st.load = float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency)
-	return st, true
 }
 
 // reserve takes a slot for a job that loads models, and counts them among
@@ -210,6 +178,7 @@ func (w *worker) forgetModels() {
 	w.mu.Lock()
 	w.models.reset()
 	w.mu.Unlock()
+	w.pool.reindex(w)
 }
 
 func (w *worker) release() {
@@ -223,7 +192,7 @@ func (w *worker) release() {
 	if drained {
 		w.pool.retire(w)
 	}
-	w.pool.notify()
+	w.pool.touch(w)
 }
 
 func (w *worker) register(a *attempt) {
@@ -458,6 +427,9 @@ func (w *worker) routeText(typ string, data json.RawMessage) {
 	}
 	a := w.attempts[head.PromptID]
 	w.mu.Unlock()
+	if typ == "status" {
+		w.pool.reindex(w) // its load changed
+	}
 	if a != nil && head.PromptID != "" {
 		a.push(event{kind: evMessage, typ: typ, data: data})
 	}
@@ -541,6 +513,7 @@ func (w *worker) probeLoop(ctx context.Context) {
 		w.queueRemaining = st.ExecInfo.QueueRemaining
 		stale := time.Since(w.catalogAt) >= w.refreshEvery
 		w.mu.Unlock()
+		w.pool.reindex(w)
 		if stale {
 			if err := w.refreshCatalog(ctx); err != nil {
 				if ctx.Err() == nil {
@@ -571,7 +544,8 @@ func (w *worker) refreshCatalog(ctx context.Context) error {
 	w.catalog, w.objectInfo, w.catalogAt = cat, raw, time.Now()
 	w.refreshEvery = jittered(w.pool.cfg.RefreshInterval)
 	w.mu.Unlock()
-	w.pool.notify()
+	w.pool.catalogChanged()
+	w.pool.touch(w)
 	return nil
 }
 
