@@ -259,11 +259,14 @@ func equalJitter(d time.Duration) time.Duration {
 
 // Dial pacing: every worker of a pool dials its socket through one token
 // bucket of dialRate per second with a burst of dialBurst, so that at most
-// dialBurst + dialRate/10 dials leave in any 100 ms (15), whether a hundred
-// workers start together or all their sockets dropped at once.
+// dialBurst + dialRate/10 dials leave in any 100 ms (6), whether a hundred
+// workers start together or all their sockets dropped at once (they are
+// all connected again in about 2.5 s). The margin below the 20 a worker
+// host may see in 100 ms covers dials bunched by a stalled network or
+// machine on the way.
 const (
-	dialRate  = 100
-	dialBurst = 5
+	dialRate  = 40
+	dialBurst = 2
 )
 
 // jittered spreads a period over ±20 %, so that many loops started
