@@ -102,3 +102,33 @@ func TestAcquireIndexed(t *testing.T) {
 	w.release()
 	w2.release()
 }
+
+// BenchmarkWalk is the baseline the index replaced: what a walk over every
+// worker (its lock, its classes, its models) costs per job.
+func BenchmarkWalk(b *testing.B) {
+	for _, n := range []int{4, 100} {
+		b.Run(fmt.Sprint("workers=", n), func(b *testing.B) {
+			p := benchPool(b, n)
+			classes, models := []string{"KSampler", "CheckpointLoaderSimple"}, []string{"m3"}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var best *worker
+				bestLoad := 0.0
+				for _, w := range p.all() {
+					if !w.hasClasses(classes) {
+						continue
+					}
+					w.mu.Lock()
+					load := float64(w.inflight) - float64(w.models.holds(models))
+					w.mu.Unlock()
+					if best == nil || load < bestLoad {
+						best, bestLoad = w, load
+					}
+				}
+				if best == nil {
+					b.Fatal("no worker")
+				}
+			}
+		})
+	}
+}
