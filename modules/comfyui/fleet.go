@@ -188,6 +188,7 @@ func (p *Pool) discover(ctx context.Context, src DNSConfig) {
 			return d.DialContext(ctx, network, src.Resolver)
 		}}
 	}
+	first := true
 	for {
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		want, err := resolveWorkers(rctx, resolver, src)
@@ -200,6 +201,10 @@ func (p *Pool) discover(ctx context.Context, src DNSConfig) {
 		default:
 			p.syncSource(source, want)
 		}
+		if first && p.pending.Add(-1) == 0 {
+			close(p.resolved) // Catalog may now wait for these workers
+		}
+		first = false
 		if !sleepCtx(ctx, jittered(src.Refresh)) {
 			return
 		}

@@ -47,6 +47,9 @@ type Pool struct {
 	times runTimes
 	// dials paces the workers' socket dials (see dialRate).
 	dials *rate.Limiter
+	// resolved is closed once every DNS source has had its first lookup.
+	resolved chan struct{}
+	pending  atomic.Int64 // DNS sources before their first lookup
 	// index is the scheduler's view of the workers (guarded by smu).
 	index schedIndex
 	// capacity is the sum of the concurrencies of the workers not draining.
@@ -71,7 +74,11 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
-		dials: rate.NewLimiter(dialRate, dialBurst), index: newSchedIndex()}
+		dials: rate.NewLimiter(dialRate, dialBurst), index: newSchedIndex(), resolved: make(chan struct{})}
+	p.pending.Store(int64(len(cfg.DNS)))
+	if len(cfg.DNS) == 0 {
+		close(p.resolved)
+	}
 	var workers []*worker
 	for _, wc := range cfg.Workers {
 		w, err := newWorker(p, p.nextIdx, wc, sourceStatic)
@@ -231,6 +238,13 @@ func (p *Pool) awaitFirstTries(ctx context.Context) error {
 	p.Start()
 	timer := time.NewTimer(p.cfg.RequestTimeout)
 	defer timer.Stop()
+	select { // the DNS sources' first answers name workers to wait for
+	case <-p.resolved:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return errNoCatalog
+	}
 	for _, w := range p.all() {
 		select {
 		case <-w.firstTry:

@@ -11,9 +11,16 @@ import (
 // probeLoop polls GET /prompt for the worker's load and health, and
 // re-reads /object_info every RefreshInterval.
 func (w *worker) probeLoop(ctx context.Context) {
-	// The first probe comes at a random point of the interval and each
-	// next one after a jittered interval, so that the workers of a pool
-	// started together are probed spread out, not in step.
+	// Probes start once the first connection attempt is over (so that a
+	// probe never makes a worker healthy before its socket is up), at a
+	// random point of the interval, and each next one comes after a
+	// jittered interval, so that the workers of a pool started together
+	// are probed spread out, not in step.
+	select {
+	case <-w.firstTry:
+	case <-ctx.Done():
+		return
+	}
 	next := time.Duration(randInt64n(int64(w.pool.cfg.healthInterval()) + 1))
 	for {
 		if !sleepCtx(ctx, next) {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/miekg/dns"
 
+	"github.com/comfygate/comfygate/modules/comfyui"
 	"github.com/comfygate/comfygate/tests/gateway"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
 )
@@ -257,5 +259,27 @@ func TestDynamicWorkers(t *testing.T) {
 	}
 	if drained == "" || jobs[drained].Status != "succeeded" {
 		t.Errorf("the prompt peer 2 ran when it was removed (%s) is no first attempt of a succeeded job (job %q)", running2, drained)
+	}
+}
+
+// TestDNSOnlyPoolCatalog: a pool whose workers all come from DNS answers
+// its first Catalog call with the catalog of the workers the first lookup
+// found, not with "no worker reachable yet".
+func TestDNSOnlyPoolCatalog(t *testing.T) {
+	peer := comfyuipeer.New(t, comfyuipeer.Options{})
+	d := startDNS(t)
+	d.set(peerPort(t, peer))
+	pool, err := comfyui.New(comfyui.Config{DNS: []comfyui.DNSConfig{{Name: "_comfyui._tcp.fleet.test",
+		Resolver: d.Addr, Refresh: time.Minute}}, RequestTimeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	cat, err := pool.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cat["SlowNode"]; !ok {
+		t.Fatalf("the catalog lacks the peer's classes (%d classes)", len(cat))
 	}
 }
