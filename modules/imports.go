@@ -11,6 +11,7 @@ import (
 	_ "github.com/comfygate/comfygate/modules/comfyhealth"
 	_ "github.com/comfygate/comfygate/modules/comfyjobs"
 	_ "github.com/comfygate/comfygate/modules/comfynative"
+	_ "github.com/comfygate/comfygate/modules/comfyworkers"
 	_ "github.com/comfygate/comfygate/modules/deploymenttls"
 	_ "github.com/comfygate/comfygate/modules/errorenvelope"
 	_ "github.com/comfygate/comfygate/modules/idempotency"

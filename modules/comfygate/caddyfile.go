@@ -210,10 +210,20 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //			concurrency <n>
 //			input_dir <path>
 //		}
+//		workers dns <name> [<port>] {
+//			refresh <duration>
+//			resolver <host:port>
+//			scheme http|https
+//			header <name> <value>
+//			concurrency <n>
+//		}
 //		refresh <duration>
 //		unhealthy_after <duration>
 //		reconnect_max <duration>
 //		request_timeout <duration>
+//		dispatch affinity|least_busy
+//		affinity_wait <duration>
+//		affinity_models <n>
 //		(and the options every pool takes, below)
 //	}
 //
@@ -233,7 +243,11 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch d.Val() {
-		case "concurrency", "account_max_queued", "account_max_running":
+		case "dispatch":
+			if !d.AllArgs(&p.Dispatch) {
+				return nil, d.ArgErr()
+			}
+		case "concurrency", "account_max_queued", "account_max_running", "affinity_models":
 			name := d.Val()
 			var v string
 			if !d.AllArgs(&v) {
@@ -244,7 +258,7 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 				return nil, d.Errf("%s: %v", name, err)
 			}
 			*map[string]*int{"concurrency": &p.Concurrency, "account_max_queued": &p.AccountMaxQueued,
-				"account_max_running": &p.AccountMaxRunning}[name] = n
+				"account_max_running": &p.AccountMaxRunning, "affinity_models": &p.AffinityModels}[name] = n
 		case "max_charge":
 			var v string
 			if !d.AllArgs(&v) {
@@ -261,17 +275,23 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 				return nil, err
 			}
 			p.Price = price
-		case "refresh", "unhealthy_after", "reconnect_max", "request_timeout":
+		case "refresh", "unhealthy_after", "reconnect_max", "request_timeout", "affinity_wait":
 			name := d.Val()
 			var v string
 			if !d.AllArgs(&v) {
 				return nil, d.ArgErr()
 			}
 			into := map[string]*caddy.Duration{"refresh": &p.Refresh, "unhealthy_after": &p.UnhealthyAfter,
-				"reconnect_max": &p.ReconnectMax, "request_timeout": &p.RequestTimeout}[name]
+				"reconnect_max": &p.ReconnectMax, "request_timeout": &p.RequestTimeout, "affinity_wait": &p.AffinityWait}[name]
 			if err := ParseDuration(v, into); err != nil {
 				return nil, d.Errf("%s: %v", name, err)
 			}
+		case "workers":
+			dns, err := unmarshalDNS(d)
+			if err != nil {
+				return nil, err
+			}
+			p.DNS = append(p.DNS, dns)
 		case "worker":
 			w, err := unmarshalWorker(d)
 			if err != nil {
@@ -349,4 +369,60 @@ func unmarshalWorker(d *caddyfile.Dispenser) (ComfyUIWorker, error) {
 		}
 	}
 	return w, nil
+}
+
+// unmarshalDNS reads `workers dns <name> [<port>] { … }`.
+func unmarshalDNS(d *caddyfile.Dispenser) (ComfyUIDNS, error) {
+	var src ComfyUIDNS
+	args := d.RemainingArgs()
+	if len(args) < 2 || len(args) > 3 || args[0] != "dns" {
+		return src, d.Err("want: workers dns <name> [<port>]")
+	}
+	src.Name = args[1]
+	if len(args) == 3 {
+		port, err := strconv.Atoi(args[2])
+		if err != nil {
+			return src, d.Errf("workers dns port: %v", err)
+		}
+		src.Port = port
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch name := d.Val(); name {
+		case "refresh":
+			var v string
+			if !d.AllArgs(&v) {
+				return src, d.ArgErr()
+			}
+			if err := ParseDuration(v, &src.Refresh); err != nil {
+				return src, d.Errf("refresh: %v", err)
+			}
+		case "resolver", "scheme":
+			into := map[string]*string{"resolver": &src.Resolver, "scheme": &src.Scheme}[name]
+			if !d.AllArgs(into) {
+				return src, d.ArgErr()
+			}
+		case "header":
+			var k, v string
+			if !d.AllArgs(&k, &v) {
+				return src, d.ArgErr()
+			}
+			if src.Headers == nil {
+				src.Headers = map[string]string{}
+			}
+			src.Headers[k] = v
+		case "concurrency":
+			var v string
+			if !d.AllArgs(&v) {
+				return src, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return src, d.Errf("workers dns concurrency: %v", err)
+			}
+			src.Concurrency = n
+		default:
+			return src, d.Errf("unknown workers dns option %q", name)
+		}
+	}
+	return src, nil
 }

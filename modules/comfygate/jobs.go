@@ -141,7 +141,7 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 		ExtraData: a.res.extraData,
 		Config: jobs.DispatcherConfig{
 			Pool:              pool,
-			Concurrency:       pe.capacity,
+			Concurrency:       dispatcherConcurrency(pe),
 			Lease:             time.Duration(a.JobsConfig.Lease),
 			MaxAttempts:       a.JobsConfig.MaxAttempts,
 			AccountMaxRunning: pe.accountMaxRunning,
@@ -149,6 +149,7 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 			PollInterval:      time.Second,
 			PurgeAfter:        time.Duration(a.JobsConfig.PurgeAfter),
 		},
+		Slots:      pe.slots,
 		Owner:      fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),
 		RunContext: a.runCtx,
 		Logger:     a.logger.Named("dispatcher").With(zap.String("pool", pool)),
@@ -158,4 +159,18 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 		d.Run(ctx)
 	}()
 	return done
+}
+
+// maxDynamicSlots is how many attempts at most a comfyui pool, whose
+// workers come and go, runs at once in this process.
+const maxDynamicSlots = 512
+
+// dispatcherConcurrency is how many attempts a pool's dispatcher may run:
+// its capacity, or for a comfyui pool (whose capacity follows its workers
+// through Slots) the larger of that and maxDynamicSlots.
+func dispatcherConcurrency(pe poolExecutor) int {
+	if pe.slots != nil {
+		return max(pe.capacity, maxDynamicSlots)
+	}
+	return pe.capacity
 }

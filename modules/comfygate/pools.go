@@ -38,6 +38,9 @@ type PoolConfig struct {
 	Concurrency int `json:"concurrency,omitempty"`
 	// Workers are, for a comfyui pool, the ComfyUI servers.
 	Workers []ComfyUIWorker `json:"workers,omitempty"`
+	// DNS are, for a comfyui pool, names whose addresses are workers,
+	// re-resolved every refresh: a worker that leaves the answer drains.
+	DNS []ComfyUIDNS `json:"dns,omitempty"`
 	// Refresh is, for a comfyui pool, how often each worker's /object_info
 	// is re-read (it is also re-read on every reconnect). Default 1m.
 	Refresh caddy.Duration `json:"refresh,omitempty"`
@@ -51,6 +54,17 @@ type PoolConfig struct {
 	// RequestTimeout bounds, for a comfyui pool, one HTTP request to a
 	// worker, output downloads and input uploads included. Default 60s.
 	RequestTimeout caddy.Duration `json:"request_timeout,omitempty"`
+	// Dispatch is, for a comfyui pool, how a job's worker is picked:
+	// "affinity" (default) prefers a worker whose recent executions loaded
+	// the job's models and waits up to affinity_wait for a busy one before
+	// taking a cold worker; "least_busy" takes the least loaded worker.
+	Dispatch string `json:"dispatch,omitempty"`
+	// AffinityWait is, for a comfyui pool with affinity dispatch, how long
+	// a job waits for a busy worker that holds its models. Default 3s.
+	AffinityWait caddy.Duration `json:"affinity_wait,omitempty"`
+	// AffinityModels is, for a comfyui pool, how many models per worker
+	// affinity remembers (its most recent executions'). Default 4.
+	AffinityModels int `json:"affinity_models,omitempty"`
 	// Price, when set, makes the pool's jobs cost credits: each job
 	// reserves its maximum from its account's credit balance at submit
 	// (402 insufficient_credits when the balance cannot cover it) and is
@@ -96,6 +110,27 @@ type ComfyUIWorker struct {
 	InputDir string `json:"input_dir,omitempty"`
 }
 
+// ComfyUIDNS is a DNS name whose addresses are ComfyUI workers.
+type ComfyUIDNS struct {
+	// Name is an SRV name when it starts with an underscore
+	// (_comfyui._tcp.example.com; each target's addresses with the
+	// record's port), else an A/AAAA name.
+	Name string `json:"name,omitempty"`
+	// Port is the workers' port for an A/AAAA name. Default 8188.
+	Port int `json:"port,omitempty"`
+	// Scheme is http (default) or https.
+	Scheme string `json:"scheme,omitempty"`
+	// Refresh is how often the name is re-resolved. Default: the pool's
+	// refresh (1m).
+	Refresh caddy.Duration `json:"refresh,omitempty"`
+	// Resolver is the DNS server (host:port) to ask; default the system's.
+	Resolver string `json:"resolver,omitempty"`
+	// Headers are sent to every worker of the name. Values accept {env.X}.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Concurrency is how many jobs each worker runs at once. Default 1.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
 var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // poolsWithDefaults returns the configured pools plus the built-in pool
@@ -126,8 +161,8 @@ func (a *App) validatePools() error {
 				return fmt.Errorf("comfygate: builtin pool %q takes no workers", p.Name)
 			}
 		case KindComfyUI:
-			if len(p.Workers) == 0 {
-				return fmt.Errorf("comfygate: comfyui pool %q needs at least one worker", p.Name)
+			if len(p.Workers) == 0 && len(p.DNS) == 0 {
+				return fmt.Errorf("comfygate: comfyui pool %q needs at least one worker (or workers dns)", p.Name)
 			}
 		default:
 			return fmt.Errorf("comfygate: pool %q has unknown kind %q (want builtin or comfyui)", p.Name, p.Kind)
@@ -201,7 +236,10 @@ type poolExecutor struct {
 	kind     string
 	exec     jobs.Executor
 	capacity int
-	start    func()
+	// slots is a comfyui pool's current capacity, which follows its
+	// workers as they come and go; nil for a builtin pool.
+	slots func() int
+	start func()
 	// workers reports a comfyui pool's workers; nil for a builtin pool.
 	workers func() []comfyui.WorkerState
 	price   *storage.JobPrice
@@ -224,6 +262,9 @@ func (a *App) PoolStates() []PoolState {
 	states := make([]PoolState, 0, len(a.executors))
 	for name, pe := range a.executors {
 		st := PoolState{Name: name, Kind: pe.kind, Capacity: pe.capacity}
+		if pe.slots != nil {
+			st.Capacity = pe.slots()
+		}
 		if pe.workers != nil {
 			st.Workers = pe.workers()
 		}
@@ -272,6 +313,9 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 		ReconnectMax:    time.Duration(p.ReconnectMax),
 		RequestTimeout:  time.Duration(p.RequestTimeout),
 		UnhealthyAfter:  time.Duration(p.UnhealthyAfter),
+		Dispatch:        p.Dispatch,
+		AffinityWait:    time.Duration(p.AffinityWait),
+		AffinityModels:  p.AffinityModels,
 	}
 	for _, w := range p.Workers {
 		headers := make(map[string]string, len(w.Headers))
@@ -280,6 +324,14 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 		}
 		cfg.Workers = append(cfg.Workers, comfyui.WorkerConfig{URL: w.URL, Headers: headers, Concurrency: w.Concurrency,
 			InputDir: repl.ReplaceKnown(w.InputDir, "")})
+	}
+	for _, d := range p.DNS {
+		headers := make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			headers[k] = repl.ReplaceKnown(v, "")
+		}
+		cfg.DNS = append(cfg.DNS, comfyui.DNSConfig{Name: d.Name, Port: d.Port, Scheme: d.Scheme,
+			Refresh: time.Duration(d.Refresh), Resolver: d.Resolver, Headers: headers, Concurrency: d.Concurrency})
 	}
 	key, err := json.Marshal(struct {
 		Name string
@@ -300,10 +352,15 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 	}
 	a.poolKeys = append(a.poolKeys, "comfyui:"+string(key))
 	cp := val.(comfyUIDestructor).Pool
-	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), start: cp.Start, workers: cp.Workers}, nil
+	comfyui.Register(p.Name, cp)
+	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Capacity, start: cp.Start,
+		workers: cp.Workers}, nil
 }
 
 // comfyUIDestructor closes a ComfyUI pool when no configuration uses it.
 type comfyUIDestructor struct{ *comfyui.Pool }
 
-func (d comfyUIDestructor) Destruct() error { return d.Close() }
+func (d comfyUIDestructor) Destruct() error {
+	comfyui.Unregister(d.Pool)
+	return d.Close()
+}

@@ -30,13 +30,19 @@ import (
 func (p *Pool) Execute(ctx context.Context, run *jobs.Run) error {
 	p.Start()
 	g := cloneGraph(run.Graph)
-	w, err := p.acquire(ctx, classesOf(g))
+	models := modelsOf(g, p.classSpec)
+	w, warm, err := p.acquire(ctx, classesOf(g), models)
 	if err != nil {
 		return err
 	}
 	defer w.release()
 	a := newAttempt(p, w, run, g)
-	return a.execute(ctx)
+	start := time.Now()
+	err = a.execute(ctx)
+	if err == nil && len(models) > 0 {
+		p.times.observe(warm, time.Since(start))
+	}
+	return err
 }
 
 // attemptID is the attempt's prompt_id: a UUID derived from the job id and

@@ -5,23 +5,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/jobs"
 	"github.com/comfygate/comfygate/modules/workflow"
 )
 
 // Pool is a set of ComfyUI workers that runs jobs; it implements
 // jobs.Executor.
 type Pool struct {
-	cfg     Config
-	logger  *zap.Logger
-	workers []*worker
+	cfg    Config
+	logger *zap.Logger
+	// list is the current workers (copy on write under wmu; see fleet.go).
+	list    atomic.Pointer[[]*worker]
+	wmu     sync.Mutex
+	started bool // under wmu: Start ran, so added workers connect at once
+	nextIdx int  // under wmu
 
 	startOnce sync.Once
 	closeOnce sync.Once
@@ -31,8 +36,27 @@ type Pool struct {
 
 	mu sync.Mutex
 	// changed is closed and replaced whenever a worker's health, catalog or
-	// free slots change, waking Execute calls that wait for a worker.
+	// free slots change.
 	changed chan struct{}
+
+	// smu guards waiters: the Execute calls waiting for a worker, in
+	// arrival order (see sched.go).
+	smu     sync.Mutex
+	waiters []*waiter
+	// times learns warm and cold attempt times for model affinity.
+	times runTimes
+	// dials paces the workers' socket dials (see dialRate).
+	dials *rate.Limiter
+	// resolved is closed once every DNS source has had its first lookup.
+	resolved chan struct{}
+	pending  atomic.Int64 // DNS sources before their first lookup
+	// index is the scheduler's view of the workers (guarded by smu).
+	index schedIndex
+	// capacity is the sum of the concurrencies of the workers not draining.
+	capacity atomic.Int64
+	// catGen counts catalog changes; union caches the unions of a gen.
+	catGen atomic.Uint64
+	union  atomic.Pointer[union]
 }
 
 // New validates cfg and builds a pool. It does no network I/O; Start does.
@@ -49,28 +73,45 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
-	for i, wc := range cfg.Workers {
-		w, err := newWorker(p, i, wc)
+	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
+		dials: rate.NewLimiter(dialRate, dialBurst), index: newSchedIndex(), resolved: make(chan struct{})}
+	p.pending.Store(int64(len(cfg.DNS)))
+	if len(cfg.DNS) == 0 {
+		close(p.resolved)
+	}
+	var workers []*worker
+	for _, wc := range cfg.Workers {
+		w, err := newWorker(p, p.nextIdx, wc, sourceStatic)
 		if err != nil {
 			cancel()
 			return nil, err
 		}
-		p.workers = append(p.workers, w)
+		p.nextIdx++
+		workers = append(workers, w)
+		p.capacity.Add(int64(wc.Concurrency))
 	}
+	p.list.Store(&workers)
 	return p, nil
 }
+
+// all is the current workers, in the order they joined.
+func (p *Pool) all() []*worker { return *p.list.Load() }
 
 // Start connects to the workers. It is idempotent and returns at once.
 func (p *Pool) Start() {
 	p.startOnce.Do(func() {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
 		if p.ctx.Err() != nil {
 			return // closed before it started
 		}
-		for _, w := range p.workers {
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); w.connectLoop(p.ctx) }()
-			go func() { defer p.wg.Done(); w.probeLoop(p.ctx) }()
+		p.started = true
+		for _, w := range p.all() {
+			p.launch(w)
+		}
+		for _, src := range p.cfg.DNS {
+			p.wg.Add(1)
+			go func() { defer p.wg.Done(); p.discover(p.ctx, src) }()
 		}
 	})
 }
@@ -79,22 +120,26 @@ func (p *Pool) Start() {
 // Attempts still running return jobs.WorkerLostError.
 func (p *Pool) Close() error {
 	p.closeOnce.Do(func() {
+		p.wmu.Lock()
 		p.mu.Lock()
-		p.cancel() // under mu: cleanupLater never adds to wg after this
+		p.cancel() // under mu and wmu: cleanupLater and launch never add to wg after this
 		p.mu.Unlock()
+		p.wmu.Unlock()
 		p.wg.Wait()
 	})
 	return nil
 }
 
-// Capacity is the sum of the workers' concurrencies: how many attempts the
-// dispatcher should run at once.
-func (p *Pool) Capacity() int {
-	n := 0
-	for _, w := range p.workers {
-		n += w.cfg.Concurrency
-	}
-	return n
+// Capacity is the sum of the concurrencies of the workers that take jobs
+// (draining ones do not): how many attempts the dispatcher should run at
+// once. It changes as workers come and go.
+func (p *Pool) Capacity() int { return int(p.capacity.Load()) }
+
+// touch re-files w in the scheduler's index after a change of its state
+// and wakes what waits for one.
+func (p *Pool) touch(w *worker) {
+	p.reindex(w)
+	p.notify()
 }
 
 // WorkerState is what the pool knows of one worker right now.
@@ -105,25 +150,37 @@ type WorkerState struct {
 	// Running is how many of this pool's attempts the worker has in
 	// flight, out of Capacity.
 	Running, Capacity int
+	// Models are the models its recent executions loaded, least recent
+	// first (what model affinity believes it holds).
+	Models []string
+	// Source is where the worker came from: config, dns or admin.
+	Source string
+	// Draining: it left discovery (or was removed) and takes no new jobs;
+	// it leaves the pool when its running ones end.
+	Draining bool
 }
 
-// Workers reports every worker's state, in configuration order.
+// Workers reports every worker's state, in the order they joined.
 func (p *Pool) Workers() []WorkerState {
-	states := make([]WorkerState, len(p.workers))
-	for i, w := range p.workers {
+	workers := p.all()
+	states := make([]WorkerState, len(workers))
+	for i, w := range workers {
 		w.mu.Lock()
-		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency}
+		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency,
+			Models: slices.Clone(w.models.models), Source: w.source, Draining: w.draining}
 		w.mu.Unlock()
 	}
 	return states
 }
 
-// notify wakes everything waiting for a change of the pool's state.
+// notify wakes everything waiting for a change of the pool's state and
+// hands free workers to waiting Execute calls.
 func (p *Pool) notify() {
 	p.mu.Lock()
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
+	p.schedule()
 }
 
 func (p *Pool) changes() <-chan struct{} {
@@ -172,7 +229,7 @@ func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, erro
 }
 
 func (p *Pool) unionObjectInfo() map[string]json.RawMessage {
-	return unionOf(p.workers, (*worker).objectInfoIfHealthy)
+	return p.unions().info
 }
 
 // awaitFirstTries starts the pool and waits (bounded by ctx and
@@ -181,7 +238,14 @@ func (p *Pool) awaitFirstTries(ctx context.Context) error {
 	p.Start()
 	timer := time.NewTimer(p.cfg.RequestTimeout)
 	defer timer.Stop()
-	for _, w := range p.workers {
+	select { // the DNS sources' first answers name workers to wait for
+	case <-p.resolved:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return errNoCatalog
+	}
+	for _, w := range p.all() {
 		select {
 		case <-w.firstTry:
 		case <-ctx.Done():
@@ -193,8 +257,44 @@ func (p *Pool) awaitFirstTries(ctx context.Context) error {
 	return nil
 }
 
-func (p *Pool) unionCatalog() workflow.Catalog {
-	return unionOf(p.workers, (*worker).catalogIfHealthy)
+// classSpec is a class of the first healthy worker that has it.
+func (p *Pool) classSpec(name string) (workflow.NodeClass, bool) {
+	for _, w := range p.all() {
+		if cat, healthy := w.catalogIfHealthy(); healthy {
+			if c, ok := cat[name]; ok {
+				return c, true
+			}
+		}
+	}
+	return workflow.NodeClass{}, false
+}
+
+func (p *Pool) unionCatalog() workflow.Catalog { return p.unions().cat }
+
+// union is the pool's catalog and object_info as of a catalog generation.
+type union struct {
+	gen  uint64
+	cat  workflow.Catalog
+	info map[string]json.RawMessage
+}
+
+// catalogChanged marks the unions stale: a worker's catalog or health
+// changed, or a worker left.
+func (p *Pool) catalogChanged() { p.catGen.Add(1) }
+
+// unions returns the union of the healthy workers' catalogs, rebuilt only
+// after a change (every submission validates against it; merging a
+// hundred catalogs each time would cost more than the rest of a submit).
+func (p *Pool) unions() *union {
+	gen := p.catGen.Load()
+	if u := p.union.Load(); u != nil && u.gen == gen {
+		return u
+	}
+	workers := p.all()
+	u := &union{gen: gen, cat: unionOf(workers, (*worker).catalogIfHealthy),
+		info: unionOf(workers, (*worker).objectInfoIfHealthy)}
+	p.union.Store(u)
+	return u
 }
 
 // unionOf merges, class by class, what get returns for each healthy worker
@@ -218,70 +318,16 @@ func unionOf[M ~map[string]V, V any](workers []*worker, get func(*worker) (M, bo
 	return union
 }
 
-// acquire reserves a slot on a healthy worker that has every class, the
-// least loaded first. It waits while all such workers are busy; when no
-// healthy worker has the classes for UnhealthyAfter it returns
-// jobs.WorkerLostError.
-func (p *Pool) acquire(ctx context.Context, classes []string) (*worker, error) {
-	var noneSince time.Time
-	for {
-		changed := p.changes()
-		w, anyCandidate := p.pick(classes)
-		if w != nil {
-			return w, nil
-		}
-		now := time.Now()
-		switch {
-		case anyCandidate:
-			noneSince = time.Time{}
-		case noneSince.IsZero():
-			noneSince = now
-		case now.Sub(noneSince) >= p.cfg.UnhealthyAfter:
-			return nil, &jobs.WorkerLostError{Err: fmt.Errorf("no healthy ComfyUI worker has the classes %v", classes)}
-		}
-		wait := p.cfg.UnhealthyAfter
-		if !noneSince.IsZero() {
-			wait = p.cfg.UnhealthyAfter - now.Sub(noneSince)
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
-		case <-p.ctx.Done():
-			timer.Stop()
-			return nil, &jobs.WorkerLostError{Err: errPoolClosed}
-		case <-changed:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-}
-
-// pick takes a slot on the best worker; anyCandidate reports whether some
-// healthy worker has the classes (even if it is busy).
-func (p *Pool) pick(classes []string) (best *worker, anyCandidate bool) {
-	type cand struct {
-		w    *worker
-		load float64
-	}
-	var cands []cand
-	for _, w := range p.workers {
-		load, ok := w.candidate(classes)
-		if !ok {
-			continue
-		}
-		anyCandidate = true
-		if load >= 0 {
-			cands = append(cands, cand{w, load})
+// Free asks the worker at url (as configured) to unload its models (POST
+// /free, as ComfyUI's own "unload models" button does) and forgets what
+// model affinity believed it held.
+func (p *Pool) Free(ctx context.Context, url string) error {
+	for _, w := range p.all() {
+		if w.cfg.URL == url {
+			_, err := w.postJSON(ctx, "/free", map[string]bool{"unload_models": true, "free_memory": true})
+			w.forgetModels()
+			return err
 		}
 	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].load < cands[j].load })
-	for _, c := range cands {
-		if c.w.reserve() {
-			p.notify()
-			return c.w, true
-		}
-	}
-	return nil, anyCandidate
+	return fmt.Errorf("%w: %s", ErrNoWorker, url)
 }

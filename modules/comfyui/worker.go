@@ -32,6 +32,12 @@ type worker struct {
 	pool *Pool
 	cfg  WorkerConfig
 	base *url.URL
+	// source is where it came from (sourceStatic, sourceAdmin, or a DNS
+	// source's key); ctx ends when it leaves the pool.
+	source string
+	idx    int // order of joining, the tie-break between equals
+	ctx    context.Context
+	stop   context.CancelFunc
 	// clientID is this worker connection's stable WebSocket session id; every
 	// prompt is submitted with it so that its events come to our socket.
 	clientID string
@@ -42,15 +48,23 @@ type worker struct {
 	firstTry  chan struct{}
 	firstOnce sync.Once
 
-	mu             sync.Mutex
-	healthy        bool
-	lastOK         time.Time
-	catalog        workflow.Catalog
-	objectInfo     map[string]json.RawMessage // the catalog as the worker sent it, per class
-	catalogAt      time.Time
+	mu         sync.Mutex
+	healthy    bool
+	draining   bool
+	lastOK     time.Time
+	catalog    workflow.Catalog
+	objectInfo map[string]json.RawMessage // the catalog as the worker sent it, per class
+	catalogAt  time.Time
+	// refreshEvery is when the catalog is next re-read after catalogAt:
+	// RefreshInterval jittered, so that workers refresh spread out.
+	refreshEvery   time.Duration
 	queueRemaining int
 	inflight       int
-	attempts       map[string]*attempt
+	// models are the models its recent executions loaded (model affinity).
+	models modelLRU
+	// starts are when its attempts in flight took their slots, oldest first.
+	starts   []time.Time
+	attempts map[string]*attempt
 	// current is the prompt the worker executes now, the owner of
 	// unattributed (type 1) preview frames.
 	current string
@@ -62,12 +76,17 @@ type worker struct {
 	logsWanted atomic.Bool
 }
 
-func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
+func newWorker(p *Pool, idx int, cfg WorkerConfig, source string) (*worker, error) {
 	base, err := url.Parse(strings.TrimRight(cfg.URL, "/"))
 	if err != nil {
 		return nil, err
 	}
+	ctx, stop := context.WithCancel(p.ctx)
 	return &worker{
+		source:   source,
+		idx:      idx,
+		ctx:      ctx,
+		stop:     stop,
 		pool:     p,
 		cfg:      cfg,
 		base:     base,
@@ -76,6 +95,7 @@ func newWorker(p *Pool, idx int, cfg WorkerConfig) (*worker, error) {
 		log:      p.logger.With(zap.String("worker", base.Redacted()), zap.Int("worker_index", idx)),
 		firstTry: make(chan struct{}),
 		attempts: map[string]*attempt{},
+		models:   modelLRU{size: p.cfg.AffinityModels},
 	}, nil
 }
 
@@ -98,7 +118,8 @@ func (w *worker) markOK() {
 	w.mu.Unlock()
 	if became {
 		w.log.Info("worker is healthy")
-		w.pool.notify()
+		w.pool.catalogChanged()
+		w.pool.touch(w)
 	}
 }
 
@@ -111,6 +132,7 @@ func (w *worker) markFailure(err error) {
 		return
 	}
 	w.healthy = false
+	w.models.reset() // whatever it held may be gone with it
 	lost := make([]*attempt, 0, len(w.attempts))
 	for _, a := range w.attempts {
 		lost = append(lost, a)
@@ -120,7 +142,8 @@ func (w *worker) markFailure(err error) {
 	for _, a := range lost {
 		a.push(event{kind: evLost, err: fmt.Errorf("worker %s stopped answering: %w", w.base.Redacted(), err)})
 	}
-	w.pool.notify()
+	w.pool.catalogChanged()
+	w.pool.touch(w)
 }
 
 func (w *worker) objectInfoIfHealthy() (map[string]json.RawMessage, bool) {
@@ -135,40 +158,41 @@ func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
 	return w.catalog, w.healthy
 }
 
-// candidate reports whether the worker is healthy and has every class;
-// load is -1 when it has no free slot.
-func (w *worker) candidate(classes []string) (load float64, ok bool) {
+// reserve takes a slot for a job that loads models, and counts them among
+// the worker's recent ones.
+func (w *worker) reserve(models []string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.healthy || w.catalog == nil {
-		return 0, false
-	}
-	for _, c := range classes {
-		if _, has := w.catalog[c]; !has {
-			return 0, false
-		}
-	}
-	if w.inflight >= w.cfg.Concurrency {
-		return -1, true
-	}
-	return float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency), true
-}
-
-func (w *worker) reserve() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.healthy || w.inflight >= w.cfg.Concurrency {
+	if !w.healthy || w.draining || w.inflight >= w.cfg.Concurrency {
 		return false
 	}
 	w.inflight++
+	w.starts = append(w.starts, time.Now())
+	w.models.use(models)
 	return true
+}
+
+// forgetModels empties the worker's recent models: after a restart or a
+// /free, nothing is known to be loaded.
+func (w *worker) forgetModels() {
+	w.mu.Lock()
+	w.models.reset()
+	w.mu.Unlock()
+	w.pool.reindex(w)
 }
 
 func (w *worker) release() {
 	w.mu.Lock()
 	w.inflight--
+	if len(w.starts) > 0 {
+		w.starts = w.starts[1:]
+	}
+	drained := w.draining && w.inflight == 0
 	w.mu.Unlock()
-	w.pool.notify()
+	if drained {
+		w.pool.retire(w)
+	}
+	w.pool.touch(w)
 }
 
 func (w *worker) register(a *attempt) {
@@ -191,7 +215,14 @@ func (w *worker) unregister(a *attempt) {
 // reconcile what they may have missed while the socket was down.
 func (w *worker) connectLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	reconnect := false
 	for ctx.Err() == nil {
+		// Every worker of the pool dials through one limiter, so a pool
+		// whose sockets all dropped at once (a network blip) reconnects at a
+		// bounded rate instead of in a burst.
+		if w.pool.dials.Wait(ctx) != nil {
+			break
+		}
 		conn, err := w.dial(ctx)
 		if err == nil {
 			if err = w.refreshCatalog(ctx); err != nil {
@@ -205,12 +236,18 @@ func (w *worker) connectLoop(ctx context.Context) {
 			}
 			w.markFailure(err)
 			w.log.Debug("connecting to worker", zap.Error(err))
-			if !reconnectSleep(ctx, backoff) {
+			if !reconnectSleep(ctx, equalJitter(backoff)) {
 				return
 			}
 			backoff = min(backoff*2, w.pool.cfg.ReconnectMax)
 			continue
 		}
+		if reconnect {
+			// A restarted ComfyUI has an empty memory; a socket that only
+			// dropped cannot be told apart from one, so forget either way.
+			w.forgetModels()
+		}
+		reconnect = true
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		if w.logsWanted.Load() {
@@ -234,7 +271,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 		if time.Since(connected) >= stableConnection {
 			backoff = 100 * time.Millisecond
 		}
-		if !reconnectSleep(ctx, backoff) {
+		if !reconnectSleep(ctx, equalJitter(backoff)) {
 			w.broadcast(event{kind: evLost, err: errPoolClosed})
 			return
 		}
@@ -259,11 +296,13 @@ func (w *worker) keepPinging(ctx context.Context, conn *websocket.Conn) (stop fu
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(pingInterval)
-		defer t.Stop()
 		for {
+			// Jittered, so that a hundred sockets opened together do not
+			// ping in step.
+			t := time.NewTimer(jittered(pingInterval))
 			select {
 			case <-pctx.Done():
+				t.Stop()
 				return
 			case <-t.C:
 			}
@@ -388,6 +427,9 @@ func (w *worker) routeText(typ string, data json.RawMessage) {
 	}
 	a := w.attempts[head.PromptID]
 	w.mu.Unlock()
+	if typ == "status" {
+		w.pool.reindex(w) // its load changed
+	}
 	if a != nil && head.PromptID != "" {
 		a.push(event{kind: evMessage, typ: typ, data: data})
 	}
@@ -442,78 +484,4 @@ func imageTypeName(t uint32) string {
 		return "image/jpeg"
 	}
 	return "image/png"
-}
-
-// probeLoop polls GET /prompt for the worker's load and health, and
-// re-reads /object_info every RefreshInterval.
-func (w *worker) probeLoop(ctx context.Context) {
-	t := time.NewTicker(w.pool.cfg.healthInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		var st struct {
-			ExecInfo struct {
-				QueueRemaining int `json:"queue_remaining"`
-			} `json:"exec_info"`
-		}
-		if err := w.getJSON(ctx, "/prompt", nil, &st); err != nil {
-			if ctx.Err() == nil {
-				w.markFailure(err)
-			}
-			continue
-		}
-		w.mu.Lock()
-		w.queueRemaining = st.ExecInfo.QueueRemaining
-		stale := time.Since(w.catalogAt) >= w.pool.cfg.RefreshInterval
-		w.mu.Unlock()
-		if stale {
-			if err := w.refreshCatalog(ctx); err != nil {
-				if ctx.Err() == nil {
-					w.markFailure(err)
-				}
-				continue
-			}
-		}
-		w.markOK()
-	}
-}
-
-// refreshCatalog re-reads /object_info.
-func (w *worker) refreshCatalog(ctx context.Context) error {
-	body, err := w.getBytes(ctx, "/object_info", nil)
-	if err != nil {
-		return err
-	}
-	cat, err := workflow.ParseObjectInfo(body)
-	if err != nil {
-		return err
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.catalog, w.objectInfo, w.catalogAt = cat, raw, time.Now()
-	w.mu.Unlock()
-	w.pool.notify()
-	return nil
-}
-
-// reconnectSleep waits between reconnects; tests replace it to see the
-// backoff without waiting.
-var reconnectSleep = sleepCtx
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,8 +73,13 @@ type Dispatcher struct {
 	// running attempts finish; only a process exit cancels them. Nil means
 	// Run's context.
 	RunContext context.Context
+	// Slots, when set, bounds how many attempts run at once by its current
+	// answer, for a pool whose workers come and go; Config.Concurrency is
+	// then the most that ever run. Nil: Config.Concurrency.
+	Slots func() int
 
-	wake chan struct{}
+	wake   chan struct{}
+	active atomic.Int64
 }
 
 // Run claims and runs the queue's jobs until ctx ends, then returns once its
@@ -130,15 +136,12 @@ func (d *Dispatcher) work(ctx context.Context) {
 		case <-d.wake:
 		}
 		for ctx.Err() == nil {
-			job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, d.Config.AccountMaxRunning,
-				blob.RemoveFunc(ctx, d.Blobs))
-			if errors.Is(err, storage.ErrNotFound) {
-				break
+			if d.Slots != nil && d.active.Add(1) > int64(d.Slots()) {
+				d.active.Add(-1)
+				break // the pool has no free slot; a finished attempt kicks
 			}
+			job, err := d.claim(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
-					d.Logger.Error("claiming a job", zap.String("pool", d.Config.Pool), zap.Error(err))
-				}
 				break
 			}
 			d.kick() // there may be more; let another worker look
@@ -150,8 +153,28 @@ func (d *Dispatcher) work(ctx context.Context) {
 				runCtx = ctx
 			}
 			d.runJob(runCtx, job)
+			if d.Slots != nil {
+				d.active.Add(-1)
+				d.kick()
+			}
 		}
 	}
+}
+
+// claim claims the pool's next job; an error (storage.ErrNotFound when the
+// queue is empty) releases the slot work took.
+func (d *Dispatcher) claim(ctx context.Context) (storage.Job, error) {
+	job, err := d.Store.ClaimJob(ctx, d.Config.Pool, d.Owner, d.Config.Lease, d.Config.AccountMaxRunning,
+		blob.RemoveFunc(ctx, d.Blobs))
+	if err != nil {
+		if d.Slots != nil {
+			d.active.Add(-1)
+		}
+		if !errors.Is(err, storage.ErrNotFound) && ctx.Err() == nil {
+			d.Logger.Error("claiming a job", zap.String("pool", d.Config.Pool), zap.Error(err))
+		}
+	}
+	return job, err
 }
 
 // runJob runs one attempt and records how it ended.

@@ -22,7 +22,8 @@ import (
 
 // fakeClasses are the peer's own nodes, next to the built-in image nodes.
 var fakeClasses = map[string]string{
-	"SlowNode":    `{"required":{"steps":["INT",{"default":10,"min":1,"max":10000}],"step_ms":["INT",{"default":20,"min":0,"max":60000}]}}`,
+	"SlowNode": `{"required":{"steps":["INT",{"default":10,"min":1,"max":10000}],"step_ms":["INT",{"default":20,"min":0,"max":60000}]},` +
+		`"optional":{"model":["MODEL"]}}`,
 	"TextOutput":  `{"required":{"text":["STRING",{"multiline":true}]}}`,
 	"MediaOutput": `{"required":{"filename_prefix":["STRING",{"default":"media"}]}}`,
 	"FailNode":    `{"required":{"message":["STRING",{"default":"boom"}]}}`,
@@ -103,6 +104,7 @@ func (e *execution) send(typ string, data map[string]any) {
 
 func (p *Peer) execute(life context.Context, pr *prompt) {
 	start := time.Now()
+	defer p.busySince()()
 	e := &execution{p: p, life: life, pr: pr, outputs: map[string]any{}}
 	e.send("execution_start", map[string]any{})
 	e.send("execution_cached", map[string]any{"nodes": []string{}})
@@ -145,11 +147,24 @@ func (p *Peer) execute(life context.Context, pr *prompt) {
 // the history status: success or error.
 func (e *execution) run() string {
 	pr := e.pr
-	var fakes []string
+	var loaders, fakes []string
 	for id, n := range pr.nodes {
 		if _, ok := fakeClasses[n.ClassType]; ok {
 			fakes = append(fakes, id)
 		}
+		if _, ok := loaderClasses[n.ClassType]; ok {
+			loaders = append(loaders, id)
+		}
+	}
+	sort.Strings(loaders)
+	for _, id := range loaders {
+		n := pr.nodes[id]
+		e.send("executing", map[string]any{"node": id, "display_node": id})
+		name, _ := n.Inputs[loaderClasses[n.ClassType]].(string)
+		if !e.p.loadModel(pr.ctx, name) {
+			return e.interrupted(id, n.ClassType)
+		}
+		e.finished(id, nil)
 	}
 	sort.Strings(fakes)
 	for _, id := range fakes {

@@ -53,6 +53,16 @@ type Options struct {
 	// from there; files removed from it are gone for the peer too. Empty
 	// keeps inputs in memory.
 	InputDir string
+	// Models are the model files the loader nodes (CheckpointLoaderSimple,
+	// LoraLoaderModelOnly, VAELoader) offer; empty leaves the loaders out of
+	// the catalog. See models.go.
+	Models []string
+	// ModelLoad is what loading a model that is not in memory costs.
+	ModelLoad time.Duration
+	// ModelSlots is how many models memory holds. Default 2.
+	ModelSlots int
+	// Warm are the models in memory at start (the last is the most recent).
+	Warm []string
 }
 
 // Stats count what the peer was asked to do.
@@ -61,6 +71,10 @@ type Stats struct {
 	// LogSubscribes counts PATCH /internal/logs/subscribe; LogMessages the
 	// "logs" messages sent.
 	LogSubscribes, LogMessages int
+	// ModelLoads counts cold model loads; Frees the POST /free calls.
+	ModelLoads, Frees int
+	// Busy is the time spent executing prompts.
+	Busy time.Duration
 }
 
 // Peer is one fake ComfyUI.
@@ -87,6 +101,11 @@ type Peer struct {
 	life   context.Context
 	endLif context.CancelFunc
 	wake   chan struct{}
+	// models is the model memory; modelLoad the cost of a cold load.
+	models    modelMemory
+	modelLoad time.Duration
+	// wsAttempts are the arrival times of the /ws requests.
+	wsAttempts []time.Time
 }
 
 type prompt struct {
@@ -115,7 +134,17 @@ func New(t testing.TB, opts Options) *Peer {
 	t.Helper()
 	p := &Peer{catalog: catalog(opts.OmitClasses), sockets: map[string]*socket{},
 		inputs: inputStore{dir: opts.InputDir, mem: map[string][]byte{}},
-		files:  map[string][]byte{}, history: map[string]json.RawMessage{}}
+		files:  map[string][]byte{}, history: map[string]json.RawMessage{}, modelLoad: opts.ModelLoad}
+	p.models.slots = opts.ModelSlots
+	if p.models.slots <= 0 {
+		p.models.slots = 2
+	}
+	for _, m := range opts.Warm {
+		p.models.use(m)
+	}
+	if len(opts.Models) > 0 {
+		loaderCatalog(p.catalog, opts.Models)
+	}
 	p.srv = httptest.NewServer(p.routes())
 	p.URL = p.srv.URL
 	p.startLife()
@@ -161,6 +190,20 @@ func (p *Peer) Running() string {
 		return ""
 	}
 	return p.running.id
+}
+
+// SocketAttempts returns when each /ws request (a socket dial) arrived.
+func (p *Peer) SocketAttempts() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.wsAttempts...)
+}
+
+// OpenSockets counts the sockets open now.
+func (p *Peer) OpenSockets() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sockets)
 }
 
 // HistoryIDs lists the prompt ids the history holds.
@@ -227,6 +270,7 @@ func (p *Peer) forget() {
 	p.pending = nil
 	p.history = map[string]json.RawMessage{}
 	p.logs = logState{} // the buffer and the subscriptions live in memory
+	p.models.held = nil
 }
 
 func (p *Peer) takeSockets() []*socket {
@@ -258,6 +302,7 @@ func (p *Peer) routes() http.Handler {
 	mux.HandleFunc("GET /view", p.view)
 	mux.HandleFunc("POST /upload/image", p.upload)
 	mux.HandleFunc("GET /ws", p.ws)
+	mux.HandleFunc("POST /free", p.postFree)
 	mux.HandleFunc("GET /internal/logs", p.getLogs)
 	mux.HandleFunc("GET /internal/logs/raw", p.getRawLogs)
 	mux.HandleFunc("PATCH /internal/logs/subscribe", p.subscribeLogs)
@@ -290,6 +335,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // announce supports_preview_metadata.
 func (p *Peer) ws(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
+	p.wsAttempts = append(p.wsAttempts, time.Now())
 	reject := p.sw.RejectSockets
 	p.mu.Unlock()
 	if reject {
