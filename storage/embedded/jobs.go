@@ -190,9 +190,11 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		args = append(args, q.DeploymentID)
 	}
 	if q.Before != nil {
-		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
+		// created_at <= the cursor's, stated apart, is the index range
+		// that starts the scan at the cursor; the OR only drops its ties.
+		where = append(where, `created_at <= ? AND (created_at < ? OR (created_at = ? AND id < ?))`)
 		c := formatTime(q.Before.CreatedAt)
-		args = append(args, c, c, q.Before.ID)
+		args = append(args, c, c, c, q.Before.ID)
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
 	filter := ``

@@ -315,9 +315,13 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 	}
 	if q.Before != nil {
 		// id::text orders like the uuid for the lower-case form Postgres
-		// returns, and accepts a cursor id that is not a UUID.
+		// returns, and accepts a cursor id that is not a UUID. The index
+		// cannot take a row comparison with id::text, so created_at <= the
+		// cursor's is stated apart: it starts the index scan at the cursor
+		// (without it a deep page read and dropped every newer job first).
 		args = append(args, q.Before.CreatedAt, q.Before.ID)
-		where = append(where, fmt.Sprintf(`(created_at, id::text) < ($%d, $%d)`, len(args)-1, len(args)))
+		where = append(where, fmt.Sprintf(`created_at <= $%d AND (created_at, id::text) < ($%d, $%d)`,
+			len(args)-1, len(args)-1, len(args)))
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
 	filter := ``

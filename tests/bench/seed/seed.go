@@ -118,7 +118,7 @@ func mix(x uint64) uint64 {
 
 func hash(kind string, i int) string {
 	s := sha256.Sum256([]byte(kind + strconv.Itoa(i)))
-	return hex.EncodeToString(s[:])
+	return "blake3:" + hex.EncodeToString(s[:]) // the stores keep the canonical form
 }
 
 // gen produces a plan's rows. Every row is a function of its row number
@@ -277,4 +277,12 @@ type Stats struct {
 func (s Stats) String() string {
 	return fmt.Sprintf("%d jobs (%d queued), %d outputs, %d uploaded assets, %d blobs in %s",
 		s.Jobs, s.Queued, s.Outputs, s.Uploads, s.Blobs, s.Took.Round(time.Millisecond))
+}
+
+// Upload names the account and file path of an uploaded asset a plan
+// writes (its first), for benchmarks that need one; FindAssetByPath finds it.
+func Upload(p Plan) (account, filePath string) {
+	g := newGen(p)
+	a, _, _ := g.upload(1)
+	return a.Account, a.FilePath
 }
