@@ -33,3 +33,17 @@ func embeddedDue(ctx context.Context, path string, n int) (int, error) {
 	k, _ := res.RowsAffected()
 	return int(k), tx.Commit()
 }
+
+// embeddedPending is scaleStore.pending for the embedded store at path.
+func embeddedPending(ctx context.Context, path string) (int, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(30000)&_pragma=query_only(1)")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	now := time.Now().UTC().Format("2006-01-02T15:04:05.000000Z")
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'canceling')
+		AND expires_at < ?1) + (SELECT count(*) FROM assets WHERE expires_at IS NOT NULL AND expires_at < ?1)`, now).Scan(&n)
+	return n, err
+}

@@ -29,7 +29,7 @@ import (
 // them), then the sweeps at the default batch and pause (ExpireJobs, then
 // DeleteExpiredAssets; blob files are not on disk for seeded rows, so the
 // file removal is not timed), run from the bench process against the same
-// store for at most COMFYGATE_SCALE_SWEEP_SECONDS (60) while the 16
+// store for at most COMFYGATE_SCALE_SWEEP_SECONDS (120) while the 16
 // clients submit; submit p99 during the sweep against just before it.
 func TestBenchScale(t *testing.T) {
 	requireBench(t)

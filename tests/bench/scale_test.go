@@ -36,8 +36,11 @@ type scaleStore struct {
 	st     storage.Store
 	// due marks up to n of the oldest queued or succeeded jobs (with
 	// their outputs) past retention and returns how many.
-	due  func(n int) (int, error)
-	seed seed.Stats
+	due func(n int) (int, error)
+	// pending counts the rows the reaper has left to do: jobs not yet
+	// expired past retention, and expired assets.
+	pending func() (int, error)
+	seed    seed.Stats
 }
 
 func postgresScale(t *testing.T, n int) scaleStore {
@@ -63,6 +66,12 @@ func postgresScale(t *testing.T, n int) scaleStore {
 					WHERE job_id IN (SELECT id FROM d))
 				UPDATE jobs SET expires_at = now() - interval '1 minute' WHERE id IN (SELECT id FROM d)`, k)
 			return int(tag.RowsAffected()), err
+		},
+		pending: func() (int, error) {
+			var n int
+			err := st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs WHERE status IN ('queued', 'running', 'canceling')
+				AND expires_at < now()) + (SELECT count(*) FROM assets WHERE expires_at < now())`).Scan(&n)
+			return n, err
 		}}
 }
 
@@ -83,9 +92,9 @@ func embeddedScale(t *testing.T, n int) scaleStore {
 	}
 	global := fmt.Sprintf("storage embedded %q\n\t\tblobs file_system %q\n\t\tjobs {\n\t\t\tno_execute\n\t\t\tmax_queued 10000000\n\t\t\tmax_streams 2000\n\t\t}",
 		dir, filepath.Join(dir, "blobs"))
-	return scaleStore{global: global, st: st, seed: stats, due: func(k int) (int, error) {
-		return embeddedDue(ctx, st.Path(), k)
-	}}
+	return scaleStore{global: global, st: st, seed: stats,
+		due:     func(k int) (int, error) { return embeddedDue(ctx, st.Path(), k) },
+		pending: func() (int, error) { return embeddedPending(ctx, st.Path()) }}
 }
 
 // scaleResult is one size's figures.
@@ -289,26 +298,36 @@ func measureScale(t *testing.T, s scaleStore, dur time.Duration) scaleResult {
 	quietCPU(t)
 	_, lat = timed(conc, dur, raw.submit)
 	r.submitP99Quiet = Percentile(lat, 99)
-	sweepCtx, stop := context.WithTimeout(ctx, time.Duration(envInt("COMFYGATE_SCALE_SWEEP_SECONDS", 60))*time.Second)
+	sweepCtx, stop := context.WithTimeout(ctx, time.Duration(envInt("COMFYGATE_SCALE_SWEEP_SECONDS", 120))*time.Second)
 	defer stop()
 	sweepDone := make(chan struct{})
+	before, err := s.pending()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	go func() {
 		defer close(sweepDone)
+		// Sweep passes as the gateway's loops make them, until nothing is
+		// left (the gateway's own asset sweep may take a share).
 		cfg := jobs.SweepConfig{}
-		n, err := cfg.Drain(sweepCtx, func(ctx context.Context, limit int) (int, error) {
-			j, err := s.st.ExpireJobs(ctx, time.Now(), time.Now().Add(-2*time.Hour), limit)
-			return len(j), err
-		})
-		r.swept += n
-		if err == nil {
-			n, err = cfg.Drain(sweepCtx, func(ctx context.Context, limit int) (int, error) {
-				return s.st.DeleteExpiredAssets(ctx, time.Now(), limit, func(string) error { return nil })
+		for sweepCtx.Err() == nil {
+			_, err := cfg.Drain(sweepCtx, func(ctx context.Context, limit int) (int, error) {
+				j, err := s.st.ExpireJobs(ctx, time.Now(), time.Now().Add(-2*time.Hour), limit)
+				return len(j), err
 			})
-			r.swept += n
-		}
-		if err != nil && sweepCtx.Err() == nil {
-			t.Errorf("sweep: %v", err)
+			if err == nil {
+				_, err = cfg.Drain(sweepCtx, func(ctx context.Context, limit int) (int, error) {
+					return s.st.DeleteExpiredAssets(ctx, time.Now(), limit, func(string) error { return nil })
+				})
+			}
+			if err != nil && sweepCtx.Err() == nil {
+				t.Errorf("sweep: %v", err)
+				return
+			}
+			if left, err := s.pending(); err != nil || left == 0 {
+				return
+			}
 		}
 	}()
 	lat = nil
@@ -322,9 +341,16 @@ func measureScale(t *testing.T, s scaleStore, dur time.Duration) scaleResult {
 		}
 		break
 	}
-	r.sweepRate = float64(r.swept) / time.Since(t0).Seconds()
+	took := time.Since(t0)
+	after, err := s.pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.swept = before - after
+	r.sweepRate = float64(r.swept) / took.Seconds()
 	r.submitP99Sweep = Percentile(lat, 99)
-	t.Logf("sweep: %d due jobs, %d rows (expired jobs + deleted assets) in %s", due, r.swept, time.Since(t0).Round(time.Millisecond))
+	t.Logf("sweep: %d due jobs; %d rows to do (due jobs not terminal + expired assets), %d done in %s",
+		due, before, r.swept, took.Round(time.Millisecond))
 	g.Stop()
 	return r
 }
