@@ -34,6 +34,7 @@ import (
 func TestBenchScale(t *testing.T) {
 	requireBench(t)
 	dur := time.Duration(envInt("COMFYGATE_BENCH_SECONDS", 5)) * time.Second
+	rounds := envInt("COMFYGATE_BENCH_ROUNDS", 3)
 	backends := []struct {
 		name  string
 		sizes []int
@@ -44,53 +45,72 @@ func TestBenchScale(t *testing.T) {
 	}
 	var sb strings.Builder
 	for _, b := range backends {
-		if len(b.sizes) == 0 {
+		if len(b.sizes) != 2 {
 			continue
 		}
-		var results []scaleResult
+		// Both stores stay up; each round measures the small and the large
+		// one back to back (in alternating order), so that the load the
+		// shared machine carries at the time weighs on both alike.
+		envs := make([]*scaleEnv, 2)
 		var seeds []string
-		for _, n := range b.sizes {
-			var r scaleResult
-			t.Run(fmt.Sprintf("%s-%d", b.name, n), func(t *testing.T) {
-				s := b.open(t, n)
-				t.Logf("seeded %s", s.seed)
-				seeds = append(seeds, fmt.Sprintf("%d jobs: %s", n, s.seed.Took.Round(time.Second/10)))
-				r = measureScale(t, s, dur)
-				t.Logf("%+v", r)
-			})
-			results = append(results, r)
+		for i, n := range b.sizes {
+			s := b.open(t, n)
+			t.Logf("%s: seeded %s", b.name, s.seed)
+			seeds = append(seeds, fmt.Sprintf("%d jobs: %s", n, s.seed.Took.Round(time.Second/10)))
+			envs[i] = prepareScale(t, s)
 		}
-		if len(results) < 2 {
-			continue
-		}
-		small, large := results[0], results[len(results)-1]
-		fmt.Fprintf(&sb, "\n%s, N = %d vs %d (seeding %s)\n", b.name, b.sizes[0], b.sizes[len(b.sizes)-1], strings.Join(seeds, ", "))
-		sb.WriteString("| figure | small | large | large/small |\n|---|---|---|---|\n")
-		rowD := func(name string, a, b time.Duration) {
-			fmt.Fprintf(&sb, "| %s | %s | %s | %.2f |\n", name, ms(a), ms(b), float64(b)/float64(max(a, 1)))
-		}
-		rowR := func(name string, a, b float64) {
-			ratio := 0.0
-			if b > 0 {
-				ratio = a / b // a rate: small/large, so that > 1 is slower at scale
+		res := [2][]scaleResult{}
+		for r := range rounds {
+			quiet(t)
+			for k := range 2 {
+				i := (k + r) % 2
+				res[i] = append(res[i], measureRound(t, envs[i], dur))
 			}
-			fmt.Fprintf(&sb, "| %s | %.0f/s | %.0f/s | %.2f (small/large) |\n", name, a, b, ratio)
 		}
-		rowR("submit throughput, 16 clients", small.submitRate, large.submitRate)
-		rowD("submit p99", small.submitP99, large.submitP99)
-		rowD("GET job p99 at 1000 req/s (back of the queue)", small.getP99, large.getP99)
+		reap := [2]scaleResult{}
+		for i := range 2 {
+			quiet(t)
+			reap[i] = measureReaper(t, envs[i], dur)
+			envs[i].g.Stop()
+		}
+		fmt.Fprintf(&sb, "\n%s, N = %d vs %d, %d rounds (seeding %s); medians over rounds, ratio = median of the rounds' large/small\n",
+			b.name, b.sizes[0], b.sizes[1], rounds, strings.Join(seeds, ", "))
+		sb.WriteString("| figure | small | large | large/small |\n|---|---|---|---|\n")
+		row := func(name string, f func(scaleResult) float64, unit string, rate bool) {
+			var a, c, ratio []float64
+			for r := range rounds {
+				x, y := f(res[0][r]), f(res[1][r])
+				a, c = append(a, x), append(c, y)
+				if rate && y > 0 {
+					ratio = append(ratio, x/y)
+				} else if !rate && x > 0 {
+					ratio = append(ratio, y/x)
+				}
+			}
+			note := ""
+			if rate {
+				note = " (small/large)"
+			}
+			fmt.Fprintf(&sb, "| %s | %.2f%s | %.2f%s | %.2f%s [%.2f–%.2f] |\n", name, Median(a), unit, Median(c), unit,
+				Median(ratio), note, slicesMin(ratio), slicesMax(ratio))
+		}
+		msOf := func(d time.Duration) float64 { return float64(d) / 1e6 }
+		row("submit throughput, 16 clients", func(r scaleResult) float64 { return r.submitRate }, "/s", true)
+		row("submit p99", func(r scaleResult) float64 { return msOf(r.submitP99) }, " ms", false)
+		row("GET job p99 at 1000 req/s (back of the queue)", func(r scaleResult) float64 { return msOf(r.getP99) }, " ms", false)
 		for _, k := range []string{"busy first", "busy deep", "quiet first", "quiet deep"} {
-			rowD("list p99, "+k+" page", small.list[k], large.list[k])
+			row("list p99, "+k+" page", func(r scaleResult) float64 { return msOf(r.list[k]) }, " ms", false)
 		}
-		rowD("dedup HEAD by-hash p99", small.headP99, large.headP99)
-		rowD("dedup from-hash p99", small.hashP99, large.hashP99)
-		rowR("claims, 4 claimers", small.claimRate, large.claimRate)
-		rowR("reaper rows (expired jobs + deleted assets)", small.sweepRate, large.sweepRate)
-		rowD("submit p99 before the sweep", small.submitP99Quiet, large.submitP99Quiet)
-		rowD("submit p99 during the sweep", small.submitP99Sweep, large.submitP99Sweep)
-		fmt.Fprintf(&sb, "| during/before the sweep | %.2f | %.2f | |\n",
-			float64(small.submitP99Sweep)/float64(max(small.submitP99Quiet, 1)),
-			float64(large.submitP99Sweep)/float64(max(large.submitP99Quiet, 1)))
+		row("dedup HEAD by-hash p99", func(r scaleResult) float64 { return msOf(r.headP99) }, " ms", false)
+		row("dedup from-hash p99", func(r scaleResult) float64 { return msOf(r.hashP99) }, " ms", false)
+		row("claims, 4 claimers", func(r scaleResult) float64 { return r.claimRate }, "/s", true)
+		fmt.Fprintf(&sb, "| reaper: rows done (expired jobs + deleted assets) | %d in %.0f/s | %d in %.0f/s | |\n",
+			reap[0].swept, reap[0].sweepRate, reap[1].swept, reap[1].sweepRate)
+		for i, name := range []string{"small", "large"} {
+			fmt.Fprintf(&sb, "| reaper, %s: submit p99 before / during the sweep | %s | %s | %.2f (during/before) |\n", name,
+				ms(reap[i].submitP99Quiet), ms(reap[i].submitP99Sweep),
+				float64(reap[i].submitP99Sweep)/float64(max(reap[i].submitP99Quiet, 1)))
+		}
 	}
 	t.Log(sb.String())
 }

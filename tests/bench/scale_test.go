@@ -203,100 +203,129 @@ func cursorAt(client *http.Client, base string, depth int) (string, error) {
 	return cursor, nil
 }
 
-// measureScale runs every figure of TestBenchScale on one seeded store.
-func measureScale(t *testing.T, s scaleStore, dur time.Duration) scaleResult {
+// scaleEnv is a seeded store with its gateway and what the figures use.
+type scaleEnv struct {
+	s      scaleStore
+	g      *gateway.Gateway
+	raw    *rawSubmitter
+	busy   *http.Client
+	getURL string
+	lists  map[string]struct {
+		c   *http.Client
+		url string
+	}
+	dedup    *http.Client
+	headURL  string
+	fromHash []byte
+}
+
+const scaleConc = 16
+
+// prepareScale starts a gateway on s and finds what the figures read: the
+// busy account's last queued job, cursors half-way through the busy and a
+// quiet account's jobs, an uploaded asset.
+func prepareScale(t *testing.T, s scaleStore) *scaleEnv {
 	ctx := context.Background()
-	const conc = 16
-	tokens := map[string]string{}
-	for _, acct := range []string{seed.BusyAccount, "acct-0500", "bench-submit"} {
+	token := func(acct string) string {
 		_, tok, err := apikey.Create(ctx, s.st, acct, "bench")
 		if err != nil {
 			t.Fatal(err)
 		}
-		tokens[acct] = tok
+		return tok
 	}
-	g := gateway.Start(t, gateway.V2Config(s.global, gateway.V2Site{Auth: "comfy_auth api_keys"}), gateway.Options{})
-	r := scaleResult{list: map[string]time.Duration{}}
-	body := submitBody(chainWorkflow(10))
-	raw := newRawSubmitter(strings.TrimPrefix(g.URL, "http://"), "/api/v2/jobs", body, conc)
-	raw.prefix = bytes.Replace(raw.prefix, []byte("Idempotency-Key: "),
-		[]byte("Authorization: Bearer "+tokens["bench-submit"]+"\r\nIdempotency-Key: "), 1)
-	timed(conc, time.Second, raw.submit) // warm-up
-	quietCPU(t)
-	var lat []time.Duration
-	r.submitRate, lat = timed(conc, dur, raw.submit)
-	r.submitP99 = Percentile(lat, 99)
-
-	busy := clientFor(tokens[seed.BusyAccount], 256)
-	var last string
+	e := &scaleEnv{s: s, lists: map[string]struct {
+		c   *http.Client
+		url string
+	}{}}
+	e.g = gateway.Start(t, gateway.V2Config(s.global, gateway.V2Site{Auth: "comfy_auth api_keys"}), gateway.Options{})
+	e.raw = newRawSubmitter(strings.TrimPrefix(e.g.URL, "http://"), "/api/v2/jobs", submitBody(chainWorkflow(10)), scaleConc)
+	e.raw.prefix = bytes.Replace(e.raw.prefix, []byte("Idempotency-Key: "),
+		[]byte("Authorization: Bearer "+token("bench-submit")+"\r\nIdempotency-Key: "), 1)
+	busyTok := token(seed.BusyAccount)
+	e.busy = clientFor(busyTok, 256)
 	queued, err := s.st.ListJobs(ctx, seed.BusyAccount, storage.JobQuery{Limit: 1, Statuses: []string{storage.JobQueued}})
 	if err != nil || len(queued) == 0 {
 		t.Fatalf("no queued job of the busy account: %v", err)
 	}
-	last = queued[0].ID // its newest: the back of its queue
-	quietCPU(t)
-	OpenLoop(ctx, busy, g.URL+"/api/v2/jobs/"+last, 1000, time.Second)
-	res := OpenLoop(ctx, busy, g.URL+"/api/v2/jobs/"+last, 1000, dur)
-	if res.Errors > 0 {
-		t.Errorf("GET job: %d errors", res.Errors)
-	}
-	r.getP99 = Percentile(res.Latencies, 99)
-
-	for _, a := range []struct{ name, acct string }{{"busy", seed.BusyAccount}, {"quiet", "acct-0500"}} {
-		c := clientFor(tokens[a.acct], 4)
-		var total int
-		switch a.name {
-		case "busy":
-			total = s.seed.Jobs / 10
-		default:
-			total = s.seed.Jobs / 1000
-		}
-		cur, err := cursorAt(c, g.URL, total/2)
+	e.getURL = e.g.URL + "/api/v2/jobs/" + queued[0].ID // its newest: the back of its queue
+	for _, a := range []struct {
+		name, acct, tok string
+		total           int
+	}{{"busy", seed.BusyAccount, busyTok, s.seed.Jobs / 10}, {"quiet", "acct-0500", token("acct-0500"), s.seed.Jobs / 1000}} {
+		c := clientFor(a.tok, 4)
+		cur, err := cursorAt(c, e.g.URL, a.total/2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		first := g.URL + "/api/v2/jobs?limit=100"
-		deep := first + "&cursor=" + url.QueryEscape(cur)
-		r.list[a.name+" first"] = sequential(t, 300, func() error { _, err := expect(c, "GET", first, nil, 200); return err })
-		r.list[a.name+" deep"] = sequential(t, 300, func() error { _, err := expect(c, "GET", deep, nil, 200); return err })
+		first := e.g.URL + "/api/v2/jobs?limit=100"
+		e.lists[a.name+" first"] = struct {
+			c   *http.Client
+			url string
+		}{c, first}
+		e.lists[a.name+" deep"] = struct {
+			c   *http.Client
+			url string
+		}{c, first + "&cursor=" + url.QueryEscape(cur)}
 	}
-
-	// Dedup hits: HEAD by-hash and from-hash (same path) of an upload.
 	upAcct, upPath := seed.Upload(seed.Plan{Jobs: s.seed.Jobs})
 	up, err := s.st.FindAssetByPath(ctx, upAcct, upPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, upTok, err := apikey.Create(ctx, s.st, upAcct, "bench")
-	if err != nil {
-		t.Fatal(err)
+	e.dedup = clientFor(token(upAcct), 4)
+	e.headURL = e.g.URL + "/api/v2/assets/by-hash/" + up.Hash
+	e.fromHash, _ = json.Marshal(map[string]any{"hash": up.Hash, "file_path": up.FilePath})
+	timed(scaleConc, time.Second, e.raw.submit) // warm-up
+	return e
+}
+
+// measureRound takes one round of the figures that leave the store as
+// they found it (but for the jobs submitted and claimed).
+func measureRound(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
+	ctx := context.Background()
+	r := scaleResult{list: map[string]time.Duration{}}
+	var lat []time.Duration
+	r.submitRate, lat = timed(scaleConc, dur, e.raw.submit)
+	r.submitP99 = Percentile(lat, 99)
+
+	OpenLoop(ctx, e.busy, e.getURL, 1000, time.Second)
+	res := OpenLoop(ctx, e.busy, e.getURL, 1000, dur)
+	if res.Errors > 0 {
+		t.Logf("GET job: %d errors", res.Errors)
 	}
-	c := clientFor(upTok, 4)
-	r.headP99 = sequential(t, 500, func() error {
-		_, err := expect(c, http.MethodHead, g.URL+"/api/v2/assets/by-hash/"+up.Hash, nil, 200)
-		return err
-	})
-	fromHash, _ := json.Marshal(map[string]any{"hash": up.Hash, "file_path": up.FilePath})
-	r.hashP99 = sequential(t, 500, func() error {
-		_, err := expect(c, http.MethodPost, g.URL+"/api/v2/assets/from-hash", fromHash, 200)
-		return err
-	})
+	r.getP99 = Percentile(res.Latencies, 99)
 
-	// Claims: four claimers on the store, as dispatchers do.
-	quietCPU(t)
-	r.claimRate, _ = closedLoop(4, dur, func() error {
-		_, err := s.st.ClaimJob(ctx, "builtin", "bench", time.Minute, 0, func(string) error { return nil })
+	for name, l := range e.lists {
+		r.list[name] = sequential(t, 200, func() error { _, err := expect(l.c, "GET", l.url, nil, 200); return err })
+	}
+	r.headP99 = sequential(t, 300, func() error {
+		_, err := expect(e.dedup, http.MethodHead, e.headURL, nil, 200)
 		return err
 	})
+	r.hashP99 = sequential(t, 300, func() error {
+		_, err := expect(e.dedup, http.MethodPost, e.g.URL+"/api/v2/assets/from-hash", e.fromHash, 200)
+		return err
+	})
+	// Claims: four claimers on the store, as dispatchers do (2 s: the
+	// small store's queue must not run dry).
+	r.claimRate, _ = closedLoop(4, 2*time.Second, func() error {
+		_, err := e.s.st.ClaimJob(ctx, "builtin", "bench", time.Minute, 0, func(string) error { return nil })
+		return err
+	})
+	return r
+}
 
-	// The reaper: due jobs expired and their outputs and blobs deleted by
-	// the sweeps at their defaults while submissions run.
+// measureReaper makes up to 100,000 jobs due and sweeps them while the
+// clients submit: submit p99 just before and during the sweep.
+func measureReaper(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
+	ctx := context.Background()
+	s := e.s
+	var r scaleResult
 	due, err := s.due(100_000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	quietCPU(t)
-	_, lat = timed(conc, dur, raw.submit)
+	_, lat := timed(scaleConc, dur, e.raw.submit)
 	r.submitP99Quiet = Percentile(lat, 99)
 	sweepCtx, stop := context.WithTimeout(ctx, time.Duration(envInt("COMFYGATE_SCALE_SWEEP_SECONDS", 120))*time.Second)
 	defer stop()
@@ -332,7 +361,7 @@ func measureScale(t *testing.T, s scaleStore, dur time.Duration) scaleResult {
 	}()
 	lat = nil
 	for {
-		_, l := timed(conc, time.Second, raw.submit)
+		_, l := timed(scaleConc, time.Second, e.raw.submit)
 		lat = append(lat, l...)
 		select {
 		case <-sweepDone:
@@ -351,7 +380,6 @@ func measureScale(t *testing.T, s scaleStore, dur time.Duration) scaleResult {
 	r.submitP99Sweep = Percentile(lat, 99)
 	t.Logf("sweep: %d due jobs; %d rows to do (due jobs not terminal + expired assets), %d done in %s",
 		due, before, r.swept, took.Round(time.Millisecond))
-	g.Stop()
 	return r
 }
 
