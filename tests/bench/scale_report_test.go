@@ -22,7 +22,7 @@ import (
 // successful ones. GET job: open loop at 1,000 req/s of the busy account's
 // last queued job (the back of a deep queue). Lists: 300 sequential GETs
 // of the first page and of a page half-way through the account's jobs
-// (cursor walked there), busy and quiet (acct-0500). Dedup: 500 HEAD
+// (cursor walked there), busy and quiet (seed.QuietAccount: ~300 jobs at every size). Dedup: 500 HEAD
 // by-hash and 500 from-hash (same path: the existing asset) of an upload.
 // Claims: 4 claimers on the store (as dispatchers), claims/s. Reaper: up to
 // 100,000 of the oldest queued or succeeded jobs made due (outputs with

@@ -251,7 +251,7 @@ func prepareScale(t *testing.T, s scaleStore) *scaleEnv {
 	for _, a := range []struct {
 		name, acct, tok string
 		total           int
-	}{{"busy", seed.BusyAccount, busyTok, s.seed.Jobs / 10}, {"quiet", "acct-0500", token("acct-0500"), s.seed.Jobs / 1000}} {
+	}{{"busy", seed.BusyAccount, busyTok, s.seed.Jobs / 10}, {"quiet", seed.QuietAccount, token(seed.QuietAccount), seed.QuietJobs}} {
 		c := clientFor(a.tok, 4)
 		cur, err := cursorAt(c, e.g.URL, a.total/2)
 		if err != nil {

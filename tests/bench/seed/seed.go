@@ -46,6 +46,13 @@ type Plan struct {
 // BusyAccount holds Plan.BusyShare of the jobs.
 const BusyAccount = "acct-0000"
 
+// QuietAccount holds QuietJobs jobs (about; spread over the whole period)
+// whatever the plan's size, so that its pages compare across sizes.
+const (
+	QuietAccount = "acct-quiet"
+	QuietJobs    = 300
+)
+
 // Workflow is the graph every seeded job carries (a small txt2img graph,
 // ~700 bytes, as ComfyUI's API format writes it).
 const Workflow = `{"3":{"class_type":"KSampler","inputs":{"seed":156680208700286,"steps":20,"cfg":8,"sampler_name":"euler","scheduler":"normal","denoise":1,"model":["4",0],"positive":["6",0],"negative":["7",0],"latent_image":["5",0]}},"4":{"class_type":"CheckpointLoaderSimple","inputs":{"ckpt_name":"v1-5-pruned-emaonly.safetensors"}},"5":{"class_type":"EmptyLatentImage","inputs":{"width":512,"height":512,"batch_size":1}},"6":{"class_type":"CLIPTextEncode","inputs":{"text":"beautiful scenery nature glass bottle landscape, purple galaxy bottle","clip":["4",1]}},"7":{"class_type":"CLIPTextEncode","inputs":{"text":"text, watermark","clip":["4",1]}},"8":{"class_type":"VAEDecode","inputs":{"samples":["3",0],"vae":["4",2]}},"9":{"class_type":"SaveImage","inputs":{"filename_prefix":"ComfyUI","images":["8",0]}}}`
@@ -146,6 +153,9 @@ func (g *gen) id(kind string, i int) string {
 func (g *gen) account(i int) string {
 	if i%g.busyEvery == 0 {
 		return BusyAccount
+	}
+	if i%max(2, g.p.Jobs/QuietJobs) == 3 {
+		return QuietAccount
 	}
 	return fmt.Sprintf("acct-%04d", 1+int(mix(uint64(i)^0xacc)%uint64(g.p.Accounts-1)))
 }
