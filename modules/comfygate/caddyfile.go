@@ -40,6 +40,10 @@ func init() {
 //			account_max_running <n>
 //		}
 //		pool <name> builtin|comfyui { … }   (see unmarshalPool)
+//		reaper {
+//			batch_size <n>
+//			pause <duration>
+//		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)
@@ -125,6 +129,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.JobsConfig = &JobsConfig{}
 			}
 			if err := a.JobsConfig.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+		case "reaper":
+			if a.Reaper == nil {
+				a.Reaper = &ReaperConfig{}
+			}
+			if err := a.Reaper.unmarshalCaddyfile(d); err != nil {
 				return err
 			}
 		default:

@@ -58,6 +58,9 @@ type App struct {
 	// Pools are the worker pools jobs run on. A builtin pool named
 	// "builtin" exists even when not listed.
 	Pools []*PoolConfig `json:"pools,omitempty"`
+	// Reaper bounds the retention sweeps (rows per statement, pause between
+	// statements). Default 500 rows, 100ms.
+	Reaper *ReaperConfig `json:"reaper,omitempty"`
 
 	ctx       caddy.Context
 	logger    *zap.Logger
@@ -162,6 +165,10 @@ func (a *App) applyDefaults() {
 		a.JobsConfig = &JobsConfig{}
 	}
 	a.JobsConfig.applyDefaults()
+	if a.Reaper == nil {
+		a.Reaper = &ReaperConfig{}
+	}
+	a.Reaper.applyDefaults()
 }
 
 // resourceConfig is the part of the configuration that names backends.
@@ -190,6 +197,9 @@ func (a *App) Validate() error {
 		return fmt.Errorf("comfygate: asset_retention must not be negative")
 	}
 	if err := a.validatePools(); err != nil {
+		return err
+	}
+	if err := a.Reaper.validate(); err != nil {
 		return err
 	}
 	return a.JobsConfig.validate()
@@ -364,7 +374,8 @@ func (a *App) maintain(ctx context.Context) {
 	defer t.Stop()
 	for {
 		metrics.LastHour.Record(time.Now())
-		if n, err := a.Assets().SweepExpired(ctx, 500); err != nil && ctx.Err() == nil {
+		n, err := a.Reaper.sweep().Drain(ctx, a.Assets().SweepExpired)
+		if err != nil && ctx.Err() == nil {
 			a.logger.Error("sweeping expired assets", zap.Error(err))
 		} else if n > 0 {
 			a.logger.Info("swept expired assets", zap.Int("count", n))

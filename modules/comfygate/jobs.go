@@ -148,6 +148,7 @@ func (a *App) startDispatcher(ctx context.Context, pool string, pe poolExecutor)
 			RunningBound:      time.Duration(a.JobsConfig.RunningBound),
 			PollInterval:      time.Second,
 			PurgeAfter:        time.Duration(a.JobsConfig.PurgeAfter),
+			Sweep:             a.Reaper.sweep(),
 		},
 		Slots:      pe.slots,
 		Owner:      fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8]),

@@ -43,6 +43,9 @@ type DispatcherConfig struct {
 	// (with its run log) is kept before the reaper deletes it; 0 keeps
 	// records for good.
 	PurgeAfter time.Duration
+	// Sweep bounds the retention sweeps (expiry and purge): rows per
+	// statement and the pause between statements.
+	Sweep SweepConfig
 }
 
 // Throttles: progress snapshots within one node, and live previews (the
@@ -97,10 +100,14 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			d.work(ctx)
 		}()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		d.reap(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		d.retire(ctx)
 	}()
 	poll := time.NewTicker(d.Config.PollInterval)
 	defer poll.Stop()
@@ -404,7 +411,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 	}, func(string) error { return up.Publish() })
 }
 
-// reap hands on jobs whose attempts died and expires overdue ones.
+// reap hands on jobs whose attempts died.
 func (d *Dispatcher) reap(ctx context.Context) {
 	t := time.NewTicker(d.Config.Lease / 2)
 	defer t.Stop()
@@ -414,8 +421,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := time.Now()
-		changed, err := d.Store.ReclaimExpired(ctx, now, d.Config.MaxAttempts, workerLostJSON)
+		changed, err := d.Store.ReclaimExpired(ctx, time.Now(), d.Config.MaxAttempts, workerLostJSON)
 		if err != nil && ctx.Err() == nil {
 			d.Logger.Error("reclaiming expired leases", zap.Error(err))
 		}
@@ -426,16 +432,38 @@ func (d *Dispatcher) reap(ctx context.Context) {
 				_ = d.Bus.Publish(ctx, bus.Event{JobID: j.ID, Kind: "queued", Pool: j.Pool})
 			}
 		}
-		expired, err := d.Store.ExpireJobs(ctx, now, now.Add(-d.Config.RunningBound), 100)
+	}
+}
+
+// retire expires overdue jobs and deletes records past PurgeAfter, each
+// sweep drained in bounded batches with a pause between them (Sweep), on
+// its own loop so that a long sweep never delays reap.
+func (d *Dispatcher) retire(ctx context.Context) {
+	t := time.NewTicker(d.Config.Lease / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		_, err := d.Config.Sweep.Drain(ctx, func(ctx context.Context, limit int) (int, error) {
+			expired, err := d.Store.ExpireJobs(ctx, now, now.Add(-d.Config.RunningBound), limit)
+			for _, j := range expired {
+				countEnd(j)
+				publishStatus(ctx, d.Bus, j)
+			}
+			return len(expired), err
+		})
 		if err != nil && ctx.Err() == nil {
 			d.Logger.Error("expiring jobs", zap.Error(err))
 		}
-		for _, j := range expired {
-			countEnd(j)
-			publishStatus(ctx, d.Bus, j)
-		}
 		if d.Config.PurgeAfter > 0 {
-			if _, err := d.Store.DeleteExpiredJobs(ctx, now.Add(-d.Config.PurgeAfter), 100); err != nil && ctx.Err() == nil {
+			before := now.Add(-d.Config.PurgeAfter)
+			if _, err := d.Config.Sweep.Drain(ctx, func(ctx context.Context, limit int) (int, error) {
+				return d.Store.DeleteExpiredJobs(ctx, before, limit)
+			}); err != nil && ctx.Err() == nil {
 				d.Logger.Error("deleting jobs past retention", zap.Error(err))
 			}
 		}

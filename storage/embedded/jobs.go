@@ -129,7 +129,8 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 func checkQueueBounds(ctx context.Context, tx *sql.Tx, j storage.NewJob) error {
 	if j.MaxQueued > 0 {
 		var queued int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE pool = ? AND status = 'queued'`,
+		// queue_counts (migration 0008): one row, not a count of the queue.
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT n FROM queue_counts WHERE pool = ?), 0)`,
 			j.Pool).Scan(&queued); err != nil {
 			return fmt.Errorf("embedded: count queued jobs: %w", err)
 		}
@@ -189,9 +190,11 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		args = append(args, q.DeploymentID)
 	}
 	if q.Before != nil {
-		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
+		// created_at <= the cursor's, stated apart, is the index range
+		// that starts the scan at the cursor; the OR only drops its ties.
+		where = append(where, `created_at <= ? AND (created_at < ? OR (created_at = ? AND id < ?))`)
 		c := formatTime(q.Before.CreatedAt)
-		args = append(args, c, c, q.Before.ID)
+		args = append(args, c, c, c, q.Before.ID)
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
 	filter := ``
@@ -276,18 +279,39 @@ func (s *Store) QueuePosition(ctx context.Context, id string) (int, error) {
 
 // queuePosition is QueuePosition read through q (a transaction of the
 // caller's, so that the position agrees with what it read or wrote there).
+// The jobs ahead are counted on jobs_turns up to
+// storage.ExactQueuePositions; beyond it the position is
+// storage.EstimateQueuePosition from the pool's queue_counts row and its
+// front and back turns, so the cost does not grow with the queue. Read
+// outside a transaction the two statements may see different commits; the
+// estimate's bounds keep the answer within the queue either way.
 func queuePosition(ctx context.Context, q querier, id string) (int, error) {
-	var pos int
-	err := q.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM jobs q
-			WHERE q.pool = j.pool AND q.status = 'queued' AND (q.turn, q.created_at, q.id) <= (j.turn, j.created_at, j.id))
-		FROM jobs j WHERE j.id = ? AND j.status = 'queued'`, id).Scan(&pos)
+	var ahead int
+	var pool string
+	var turn int64
+	err := q.QueryRowContext(ctx, `SELECT j.pool, j.turn, (SELECT count(*) FROM (SELECT 1 FROM jobs q
+			WHERE q.pool = j.pool AND q.status = 'queued' AND (q.turn, q.created_at, q.id) < (j.turn, j.created_at, j.id)
+			LIMIT ?))
+		FROM jobs j WHERE j.id = ? AND j.status = 'queued'`, storage.ExactQueuePositions, id).Scan(&pool, &turn, &ahead)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("embedded: queue position: %w", err)
 	}
-	return pos, nil
+	if ahead < storage.ExactQueuePositions {
+		return ahead + 1, nil
+	}
+	var front, back, queued int64
+	if err := q.QueryRowContext(ctx, `SELECT
+			coalesce((SELECT turn FROM jobs WHERE pool = ? AND status = 'queued' ORDER BY turn, created_at, id LIMIT 1), 0),
+			coalesce((SELECT turn FROM jobs WHERE pool = ? AND status = 'queued'
+				ORDER BY turn DESC, created_at DESC, id DESC LIMIT 1), 0),
+			coalesce((SELECT n FROM queue_counts WHERE pool = ?), 0)`, pool, pool, pool).
+		Scan(&front, &back, &queued); err != nil {
+		return 0, fmt.Errorf("embedded: queue position estimate: %w", err)
+	}
+	return storage.EstimateQueuePosition(turn, front, back, queued), nil
 }
 
 // CancelJob moves a queued job to canceled and a running one to canceling;

@@ -304,7 +304,9 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 // ExpireJobs marks expired up to limit jobs: non-terminal ones whose
 // ExpiresAt is before now, and running ones started before runningBefore.
 // CompletedAt is set to now and any lease dropped. Returned oldest first,
-// without outputs.
+// without outputs. The two reasons are picked apart, each in its index's
+// order up to limit (see the postgres store), so a batch's cost does not
+// grow with the number of jobs due.
 func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]storage.Job, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -315,11 +317,13 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 		var err error
 		jobs, err = queryJobs(ctx, tx, `UPDATE jobs SET status = 'expired', completed_at = ?,
 				lease_owner = NULL, lease_expires_at = NULL
-			WHERE id IN (SELECT id FROM jobs
-				WHERE (status IN ('queued', 'running', 'canceling') AND expires_at < ?)
-					OR (status = 'running' AND started_at < ?)
-				ORDER BY created_at, id LIMIT ?)
-			RETURNING `+jobColumns, t, t, formatTime(runningBefore), limit)
+			WHERE id IN (SELECT id FROM (SELECT id FROM jobs
+					WHERE status IN ('queued', 'running', 'canceling') AND expires_at < ? ORDER BY expires_at LIMIT ?)
+				UNION
+				SELECT id FROM (SELECT id FROM jobs WHERE status = 'running' AND started_at < ?
+					ORDER BY started_at LIMIT ?)
+				LIMIT ?)
+			RETURNING `+jobColumns, t, t, limit, formatTime(runningBefore), limit, limit)
 		if err != nil {
 			return err
 		}

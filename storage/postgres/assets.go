@@ -209,10 +209,17 @@ func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage
 
 // DeleteExpiredAssets deletes up to limit assets that expired before now, in
 // one transaction. Rows another reaper (or a concurrent delete) has locked are
-// skipped, so several processes can reap at once. Blobs are released in hash
-// order, one savepoint each: a remove that fails keeps that blob's assets for
-// a later pass without blocking the rest of the batch. It returns how many
-// assets were deleted, and the joined remove errors if any.
+// skipped, so several processes can reap at once. The batch is deleted set by
+// set, a few statements whatever its size (one savepoint per hash cost ~1 s
+// per 500 outputs): the blob rows are locked in hash order (concurrent
+// reapers and deletes never deadlock), the outputs and assets deleted and the
+// references dropped, the blobs left without one deleted, and remove called
+// for each of those with its row still locked. A remove that fails keeps
+// that blob's assets for a later pass without blocking the rest of the
+// batch: the batch's statements are rolled back to their savepoint and
+// redone without that blob (bytes already removed are not removed again).
+// It returns how many assets were deleted, and the joined remove errors if
+// any.
 func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove storage.BlobFunc) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -224,9 +231,14 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	defer rollback(ctx, tx)
 
 	// Outputs of jobs that have not expired are kept until their job expires.
+	// In assets_expires_at's order alone: "ORDER BY expires_at, id" sorted
+	// by the selected id::text, which the index cannot give, so every due
+	// asset sharing the first deadline was read and checked on each batch
+	// (1.85 s a batch with 78k outputs expired at once on a 1M-job store;
+	// 35 ms this way).
 	rows, err := tx.Query(ctx, `SELECT id::text, hash FROM assets
 		WHERE expires_at < $1 AND NOT `+assetHeldByJob("$1")+`
-		ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
 	if err != nil {
 		return 0, mapErr("delete expired: select", err)
 	}
@@ -243,24 +255,60 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	if err := rows.Err(); err != nil {
 		return 0, mapErr("delete expired: select", err)
 	}
-
-	// A fixed lock order over blob rows keeps concurrent reapers from
-	// deadlocking on each other.
+	if len(byHash) == 0 {
+		return 0, nil
+	}
 	hashes := make([]string, 0, len(byHash))
 	for h := range byHash {
 		hashes = append(hashes, h)
 	}
 	slices.Sort(hashes)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM blobs WHERE hash = ANY($1) ORDER BY hash FOR UPDATE`, hashes); err != nil {
+		return 0, mapErr("delete expired: lock blobs", err)
+	}
 
-	deleted := 0
+	removed := map[string]bool{}
 	var errs []error
-	for _, h := range hashes {
-		n, err := reapBlob(ctx, tx, h, byHash[h], remove)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	deleted := 0
+	for {
+		var ids []string
+		for _, h := range hashes {
+			ids = append(ids, byHash[h]...)
 		}
-		deleted += n
+		if len(ids) == 0 {
+			break
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return 0, mapErr("delete expired: savepoint", err)
+		}
+		n, zero, err := reapAssets(ctx, sp, ids)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: delete expired: %w", err)
+		}
+		failed := -1
+		for _, h := range zero {
+			if removed[h] {
+				continue
+			}
+			if err := remove(h); err != nil {
+				errs = append(errs, fmt.Errorf("remove blob %s: %w", h, err))
+				failed = slices.Index(hashes, h)
+				break
+			}
+			removed[h] = true
+		}
+		if failed < 0 {
+			if err := sp.Commit(ctx); err != nil {
+				return 0, mapErr("delete expired: release savepoint", err)
+			}
+			deleted = n
+			break
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return 0, mapErr("delete expired: rollback to savepoint", err)
+		}
+		hashes = slices.Delete(hashes, failed, failed+1)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, mapErr("delete expired: commit", err)
@@ -271,30 +319,45 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	return deleted, nil
 }
 
-// reapBlob deletes ids (all over hash) inside a savepoint and releases their
-// references, undoing both if remove fails.
-func reapBlob(ctx context.Context, tx pgx.Tx, hash string, ids []string, remove storage.BlobFunc) (int, error) {
-	sp, err := tx.Begin(ctx)
+// reapAssets deletes the assets ids (whose blob rows the caller has
+// locked) with the output rows that name them (only expired jobs' can),
+// drops their blobs' references and deletes the blob rows left without
+// one. It returns how many assets it deleted and the hashes whose rows it
+// deleted, whose bytes the caller must now remove.
+func reapAssets(ctx context.Context, tx pgx.Tx, ids []string) (int, []string, error) {
+	if _, err := tx.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = ANY($1::uuid[])`, ids); err != nil {
+		return 0, nil, fmt.Errorf("delete outputs: %w", err)
+	}
+	rows, err := tx.Query(ctx, `WITH a AS (DELETE FROM assets WHERE id = ANY($1::uuid[]) RETURNING hash),
+			c AS (SELECT hash, count(*) AS n FROM a GROUP BY hash)
+		UPDATE blobs SET refs = blobs.refs - c.n FROM c WHERE blobs.hash = c.hash
+		RETURNING blobs.hash, blobs.refs, c.n`, ids)
 	if err != nil {
-		return 0, fmt.Errorf("savepoint: %w", err)
+		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
-	// Only output rows of expired jobs can name these assets; they go too.
-	if _, err := sp.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = ANY($1::uuid[])`, ids); err != nil {
-		_ = sp.Rollback(ctx)
-		return 0, fmt.Errorf("delete outputs over %s: %w", hash, err)
+	n := 0
+	var zero []string
+	for rows.Next() {
+		var h string
+		var refs, k int
+		if err := rows.Scan(&h, &refs, &k); err != nil {
+			rows.Close()
+			return 0, nil, fmt.Errorf("delete assets: %w", err)
+		}
+		n += k
+		if refs == 0 {
+			zero = append(zero, h)
+		}
 	}
-	tag, err := sp.Exec(ctx, `DELETE FROM assets WHERE id = ANY($1::uuid[])`, ids)
-	if err != nil {
-		_ = sp.Rollback(ctx)
-		return 0, fmt.Errorf("delete assets over %s: %w", hash, err)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
-	n := int(tag.RowsAffected())
-	if err := dropRefs(ctx, sp, hash, n, remove); err != nil {
-		_ = sp.Rollback(ctx)
-		return 0, err
+	slices.Sort(zero)
+	if len(zero) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = ANY($1)`, zero); err != nil {
+			return 0, nil, fmt.Errorf("delete blobs: %w", err)
+		}
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("release savepoint: %w", err)
-	}
-	return n, nil
+	return n, zero, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,12 +138,25 @@ func priceValues(reserve, perJob, perSecond string) string {
 // q and ends as in createJobSQL), the number of queued jobs ahead of it as
 // the statement read the queue: the whole queue (q, O(1)) when it joins at
 // the back, which is every job of a lone account; else the queued jobs at
-// its turn or before (O(position), only for a job that joins inside; the
-// range from the front makes the planner read it on jobs_turns).
+// its turn or before, counted up to storage.ExactQueuePositions and
+// estimated beyond (see storage.EstimateQueuePosition; the job joins
+// behind every job at its turn, hence turn + 1). The range from the front
+// makes the planner read the count on jobs_turns.
 func positionOf(turn, pool string) string {
 	return `CASE WHEN ` + turn + ` >= coalesce(ends.back, ` + turn + `) THEN q.queued
-		ELSE (SELECT count(*) FROM jobs WHERE pool = ` + pool + ` AND status = 'queued'
-			AND turn BETWEEN ends.front AND ` + turn + `) END`
+		ELSE (SELECT CASE WHEN c.n < ` + exactPositions + ` THEN c.n
+			ELSE ` + estimatePosition(turn+" + 1", "ends.front", "ends.back", "q.queued") + ` - 1 END
+		FROM (SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE pool = ` + pool + ` AND status = 'queued'
+			AND turn BETWEEN ends.front AND ` + turn + ` LIMIT ` + exactPositions + `) x) c) END`
+}
+
+// exactPositions is storage.ExactQueuePositions as an SQL literal.
+var exactPositions = strconv.Itoa(storage.ExactQueuePositions)
+
+// estimatePosition is storage.EstimateQueuePosition in SQL.
+func estimatePosition(turn, front, back, queued string) string {
+	return `greatest(` + exactPositions + ` + 1, least(` + queued + `, CASE WHEN ` + turn + ` > ` + front +
+		` THEN (` + turn + ` - ` + front + `) * ` + queued + ` / greatest(1, ` + back + ` - ` + front + ` + 1) ELSE 0 END + 1))`
 }
 
 // CreateJob records a queued job in one autocommit statement: createJobSQL
@@ -301,9 +315,13 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 	}
 	if q.Before != nil {
 		// id::text orders like the uuid for the lower-case form Postgres
-		// returns, and accepts a cursor id that is not a UUID.
+		// returns, and accepts a cursor id that is not a UUID. The index
+		// cannot take a row comparison with id::text, so created_at <= the
+		// cursor's is stated apart: it starts the index scan at the cursor
+		// (without it a deep page read and dropped every newer job first).
 		args = append(args, q.Before.CreatedAt, q.Before.ID)
-		where = append(where, fmt.Sprintf(`(created_at, id::text) < ($%d, $%d)`, len(args)-1, len(args)))
+		where = append(where, fmt.Sprintf(`created_at <= $%d AND (created_at, id::text) < ($%d, $%d)`,
+			len(args)-1, len(args)-1, len(args)))
 	}
 	args = append(args, storage.JobPageSize(q.Limit))
 	filter := ``
@@ -381,10 +399,19 @@ func (s *Store) CountJobs(ctx context.Context) (map[string]storage.PoolCounts, e
 }
 
 // queuePositionOfJ is the 1-based place of the job row j among its pool's
-// queued jobs in claim order, or 0 when j is not queued. It counts the
-// queue ahead of j on the jobs_turns index: O(position).
-const queuePositionOfJ = `CASE WHEN j.status = 'queued' THEN (SELECT count(*) FROM jobs q
-	WHERE q.pool = j.pool AND q.status = 'queued' AND (q.turn, q.created_at, q.id) <= (j.turn, j.created_at, j.id))
+// queued jobs in claim order, or 0 when j is not queued: the jobs ahead of
+// j counted on jobs_turns up to storage.ExactQueuePositions, and beyond it
+// storage.EstimateQueuePosition from the pool's queue_counts and its front
+// and back turns (evaluated only then). O(1) in the queue's length.
+var queuePositionOfJ = `CASE WHEN j.status = 'queued' THEN (SELECT CASE WHEN c.n < ` + exactPositions + ` THEN c.n + 1
+		ELSE (SELECT ` + estimatePosition("j.turn", "e.front", "e.back", "e.queued") + ` FROM (SELECT
+			(SELECT coalesce(sum(n), 0)::bigint FROM queue_counts WHERE pool = j.pool) AS queued,
+			(SELECT turn FROM jobs WHERE pool = j.pool AND status = 'queued'
+				ORDER BY turn, created_at, id LIMIT 1) AS front,
+			(SELECT turn FROM jobs WHERE pool = j.pool AND status = 'queued'
+				ORDER BY turn DESC, created_at DESC, id DESC LIMIT 1) AS back) e) END
+	FROM (SELECT count(*) AS n FROM (SELECT 1 FROM jobs q WHERE q.pool = j.pool AND q.status = 'queued'
+		AND (q.turn, q.created_at, q.id) < (j.turn, j.created_at, j.id) LIMIT ` + exactPositions + `) x) c)
 	ELSE 0 END`
 
 // QueuePosition is the job's 1-based place among its pool's queued jobs in

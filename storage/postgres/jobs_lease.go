@@ -275,7 +275,12 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 // CompletedAt is set to now and any lease dropped. Rows another reaper holds
 // are skipped. Returned oldest first, without outputs. The rows are picked
 // in an ARRAY(…) subquery, which runs once: an IN (… LIMIT … SKIP LOCKED)
-// may be run again per row and then take more than limit.
+// may be run again per row and then take more than limit. The two reasons
+// are picked apart, each in its index's order (jobs_expires,
+// jobs_running_started) up to limit, so that a batch reads about limit
+// index entries however many jobs are due (one ORDER BY over both reasons
+// sorted every due job on each batch); fewer than limit rows returned thus
+// still means nothing more is due.
 func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]storage.Job, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -284,8 +289,13 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 		OR (status = 'running' AND started_at < $2))`
 	jobs, err := queryJobs(ctx, s.pool, settling(`UPDATE jobs SET status = 'expired', completed_at = $1,
 			lease_owner = NULL, lease_expires_at = NULL, `+chargeSet(`'expired'`, `$1::timestamptz`, `false`)+`
-		WHERE `+due+` AND id = ANY(ARRAY(SELECT id FROM jobs WHERE `+due+`
-			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED))`), now, runningBefore, limit)
+		WHERE `+due+` AND id = ANY(ARRAY(
+			SELECT id FROM (SELECT id FROM jobs WHERE status IN ('queued', 'running', 'canceling') AND expires_at < $1
+				ORDER BY expires_at LIMIT $3 FOR UPDATE SKIP LOCKED) late
+			UNION
+			SELECT id FROM (SELECT id FROM jobs WHERE status = 'running' AND started_at < $2
+				ORDER BY started_at LIMIT $3 FOR UPDATE SKIP LOCKED) long
+			LIMIT $3))`), now, runningBefore, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: expire jobs: %w", err)
 	}

@@ -14,6 +14,7 @@ var fairShareCases = []storeCase{
 	{"AccountMaxRunning", testAccountMaxRunning},
 	{"AccountMaxQueued", testAccountMaxQueued},
 	{"RequeuedJobKeepsItsPlace", testRequeuedKeepsPlace},
+	{"DeepQueuePosition", testDeepQueuePosition},
 }
 
 // testRequeuedKeepsPlace: a job handed back to the queue goes first, as
