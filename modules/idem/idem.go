@@ -66,7 +66,7 @@ func (c *Claim) Key() string { return c.key }
 func (c *Claim) Reach(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.claimed {
+	if c.claimed || skipClaim {
 		return nil
 	}
 	ok, err := c.store.Claim(ctx, c.scope, c.key, c.ttl)
@@ -156,7 +156,7 @@ func Reach(ctx context.Context) error {
 
 // KeyOf returns the request's idempotency key, or "".
 func KeyOf(ctx context.Context) string {
-	if c := From(ctx); c != nil {
+	if c := From(ctx); c != nil && !skipClaim {
 		return c.key
 	}
 	return ""
