@@ -71,3 +71,102 @@ func TestPostgresDown(t *testing.T) {
 			return hold(ctx)
 		}), StackOptions{})
 }
+
+func TestRedisLatency(t *testing.T) {
+	d := pick(5*time.Second, 30*time.Second)
+	Run(t, scenario("redis latency", fmt.Sprintf("Redis answers 200 ms (±50 ms) late both ways for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(Redis).Latency(200, 50); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestRedisReset(t *testing.T) {
+	d := pick(4*time.Second, 10*time.Second)
+	Run(t, scenario("redis reset", fmt.Sprintf("every Redis connection reset (RST) on use for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(Redis).Reset(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestRedisDown(t *testing.T) {
+	d := pick(6*time.Second, 30*time.Second)
+	Run(t, scenario("redis down", fmt.Sprintf("Redis refuses connections for %s (open ones closed)", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			s.Faults.Proxy(Redis).Down()
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+// TestComfyWorkerBlackholed: the worker running a job vanishes from the
+// network (every byte dropped, no connection closed) mid-job.
+func TestComfyWorkerBlackholed(t *testing.T) {
+	d := pick(8*time.Second, 30*time.Second)
+	Run(t, scenario("comfyui worker blackholed", fmt.Sprintf("the ComfyUI worker running a job blackholed mid-job for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			for ctx.Err() == nil {
+				for i, p := range s.Peers {
+					if p.Running() != "" {
+						if err := s.Faults.Proxy([]string{Comfy0, Comfy1}[i]).Blackhole(); err != nil {
+							return err
+						}
+						return hold(ctx)
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return fmt.Errorf("no worker was running a job during the fault window")
+		}), StackOptions{})
+}
+
+// TestPartnerSlicesAndHangs: the partner's answers arrive in small slices
+// and then it stops sending halfway (data dropped, connections open).
+func TestPartnerSlicesAndHangs(t *testing.T) {
+	d := pick(8*time.Second, 30*time.Second)
+	Run(t, scenario("partner slices and hangs", fmt.Sprintf("partner answers sliced (8 B, 2 ms apart) for %s, then blackholed for %s", d/2, d/2), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			p := s.Faults.Proxy(Partner)
+			if err := p.Slicer(8, 2000); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d / 2):
+			}
+			if err := p.Blackhole(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+// TestGatewayKill9: one of two gateways sharing the dependencies is killed
+// with SIGKILL every few seconds and started again on its port.
+func TestGatewayKill9(t *testing.T) {
+	d := pick(12*time.Second, time.Minute)
+	every := 4 * time.Second
+	sc := scenario("kill -9 one of two gateways", fmt.Sprintf("SIGKILL of one of two gateways every %s for %s, restarted each time", every, d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			for ctx.Err() == nil {
+				s.Gateways[1].Kill()
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				s.Restart(t, 1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(every - time.Second):
+				}
+			}
+			return nil
+		})
+	sc.Gateways = 2
+	Run(t, sc, StackOptions{})
+}

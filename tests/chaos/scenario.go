@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -130,7 +131,10 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 		t.Errorf("finding: %s", f)
 	}
 	if t.Failed() {
-		os.WriteFile(t.TempDir()+"/history.json", h.JSON(), 0o600)
+		path := filepath.Join(os.TempDir(), "chaos-history-"+strings.ReplaceAll(sc.Name, " ", "-")+".json")
+		if os.WriteFile(path, h.JSON(), 0o600) == nil {
+			t.Logf("history: %s", path)
+		}
 	}
 	resultsMu.Lock()
 	results = append(results, res)

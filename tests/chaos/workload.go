@@ -42,7 +42,7 @@ type jobRef struct {
 
 // NewDriver returns a driver recording into h.
 func NewDriver(s *Stack, h *History) *Driver {
-	return &Driver{S: s, H: h, Pause: 30 * time.Millisecond, client: &http.Client{
+	return &Driver{S: s, H: h, Pause: 60 * time.Millisecond, client: &http.Client{
 		Timeout:   HangBound + 5*time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 32, ResponseHeaderTimeout: HangBound + 5*time.Second},
 	}}
@@ -71,9 +71,9 @@ func (d *Driver) Run(ctx context.Context, workers int) {
 func (d *Driver) step(ctx context.Context, w int) {
 	g := mrand.IntN(len(d.S.Gateways))
 	switch n := mrand.IntN(100); {
-	case n < 25:
+	case n < 30:
 		d.Upload(ctx, g, mrand.IntN(2) == 0)
-	case n < 55:
+	case n < 50:
 		d.Submit(ctx, g, mrand.IntN(10) != 0)
 	case n < 70:
 		d.Poll(ctx, g)
@@ -134,12 +134,12 @@ func (d *Driver) Upload(ctx context.Context, g int, keyed bool) {
 	})
 }
 
-// SubmitWorkflow is the workload's job: two slow steps on a ComfyUI peer
+// SubmitWorkflow is the workload's job: two 50 ms steps on a ComfyUI peer
 // and a text output carrying the submission's logical name, so storage
 // can be searched for it.
 func SubmitWorkflow(logical string) []byte {
 	wf := map[string]any{
-		"1": map[string]any{"class_type": "SlowNode", "inputs": map[string]any{"steps": 2, "step_ms": 150}},
+		"1": map[string]any{"class_type": "SlowNode", "inputs": map[string]any{"steps": 2, "step_ms": 50}},
 		"2": map[string]any{"class_type": "TextOutput", "inputs": map[string]any{"text": logical}},
 	}
 	b, _ := json.Marshal(map[string]any{"workflow": wf})
