@@ -4,16 +4,30 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
 
-// TestMain writes RELIABILITY.md's table from the scenarios that ran when
-// COMFYGATE_CHAOS_REPORT names a file (see tests/chaos/long).
+// TestMain writes RELIABILITY.md from the scenarios and the soak that ran
+// when COMFYGATE_CHAOS_REPORT names a file (see tests/chaos/long).
 func TestMain(m *testing.M) {
+	started := time.Now()
 	code := m.Run()
 	if path := os.Getenv("COMFYGATE_CHAOS_REPORT"); path != "" {
-		if err := os.WriteFile(path, []byte(Table(Results())), 0o644); err != nil {
+		soakMu.Lock()
+		soak := soakResult
+		soakMu.Unlock()
+		if soak != nil {
+			// The plot's path as RELIABILITY.md links it.
+			copied := *soak
+			if rel, err := filepath.Rel(filepath.Dir(path), soak.Plot); err == nil {
+				copied.Plot = rel
+			}
+			soak = &copied
+		}
+		if err := os.WriteFile(path, []byte(Markdown(Results(), soak, Long(), started)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
@@ -169,4 +183,27 @@ func TestGatewayKill9(t *testing.T) {
 		})
 	sc.Gateways = 2
 	Run(t, sc, StackOptions{})
+}
+
+// TestPostgresRestart restarts the machine's real Postgres server
+// (pg_ctlcluster) under the workload. It runs only in the long form with
+// COMFYGATE_CHAOS_PG_RESTART=1 set, on a machine of one's own: every
+// other Postgres user of the machine sees the restart too.
+func TestPostgresRestart(t *testing.T) {
+	if !Long() || os.Getenv("COMFYGATE_CHAOS_PG_RESTART") == "" {
+		t.Skip("long form only, with COMFYGATE_CHAOS_PG_RESTART=1 on a machine of one's own")
+	}
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) == 0 {
+		t.Fatalf("no cluster under /etc/postgresql: %v", err)
+	}
+	ver := versions[0].Name()
+	Run(t, scenario("postgres restart", "the real Postgres server restarted (pg_ctlcluster restart)", 20*time.Second,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, "main", "restart").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("pg_ctlcluster restart: %v: %s", err, out)
+			}
+			return hold(ctx)
+		}), StackOptions{})
 }

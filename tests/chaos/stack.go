@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
 	"github.com/minio/minio-go/v7"
 	"github.com/redis/go-redis/v9"
 
@@ -61,6 +62,10 @@ type Stack struct {
 	Gateways     []*gateway.Gateway
 	// Workspace is the router calls' workspace; Token its JWT.
 	Workspace, Token string
+	// AppName is the gateways' Postgres application_name, to count their
+	// connections; AdminPort their admin endpoint's port (0: off).
+	AppName   string
+	AdminPort int
 
 	caddyfile string
 	binary    string
@@ -73,6 +78,9 @@ type StackOptions struct {
 	Gateways int
 	// Binary is the gateway executable; empty means gateway.Binary.
 	Binary string
+	// Admin turns the admin endpoint (with /metrics) on for the first
+	// gateway, on Stack.AdminPort.
+	Admin bool
 }
 
 // NewStack starts the peers, a proxy in front of every dependency and the
@@ -106,10 +114,23 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	writeCatalog(t, catalog, "http://"+pp.Addr)
 	s.Workspace = "ws-chaos"
 	s.Token = signToken(t, s.Workspace)
-	s.caddyfile = caddyfile(withHost(t, s.DSN, pg.Addr), withHost(t, s.RedisURL, rd.Addr),
+	s.AppName = "comfygate-chaos-" + uuid.NewString()[:8]
+	gwDSN := withHost(t, s.DSN, pg.Addr)
+	if u, err := url.Parse(gwDSN); err == nil {
+		q := u.Query()
+		q.Set("application_name", s.AppName)
+		u.RawQuery = q.Encode()
+		gwDSN = u.String()
+	}
+	s.caddyfile = caddyfile(gwDSN, withHost(t, s.RedisURL, rd.Addr),
 		bucket.Caddyfile(), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
-	for range opts.Gateways {
-		s.Gateways = append(s.Gateways, s.startGateway(t, 0))
+	for i := range opts.Gateways {
+		cfg := s.caddyfile
+		if i == 0 && opts.Admin {
+			s.AdminPort = gateway.FreePort(t)
+			cfg = strings.Replace(cfg, "admin off", fmt.Sprintf("admin 127.0.0.1:%d", s.AdminPort), 1)
+		}
+		s.Gateways = append(s.Gateways, gateway.Start(t, cfg, gateway.Options{Binary: s.binary}))
 	}
 	return s
 }
