@@ -38,7 +38,7 @@ func TestWriteThatNeverReachedTheServer(t *testing.T) {
 		t.Errorf("CreateJob against a closed port: %v, want ErrNotSent", err)
 	}
 	_, err = st.CreateAsset(ctx, storage.NewAsset{ID: uuid.NewString(), AccountID: "acct",
-		Hash: "blake3:00000000000000000000000000000000000000000000000000000000000000aa",
+		Hash:      "blake3:00000000000000000000000000000000000000000000000000000000000000aa",
 		SizeBytes: 1, ContentType: "text/plain", FilePath: "a.txt", IdempotencyKey: "k"}, func(string) error { return nil })
 	if !errors.Is(err, storage.ErrNotSent) {
 		t.Errorf("CreateAsset against a closed port: %v, want ErrNotSent", err)
