@@ -13,6 +13,10 @@ const LongCommand = "tests/chaos/long"
 
 // openNotes are findings outside the scenarios' table, kept open.
 var openNotes = []string{
+	"Orphan objects: a blob is published inside the transaction that records it, so a commit that fails after the " +
+		"publish (a Postgres fault, or a cancel ending a job attempt's context between the two) leaves an object that no " +
+		"blob row names, and no sweeper removes such objects. The checker lists it per scenario when it happens (seen " +
+		"once, in a ComfyUI-blackhole run during development).",
 	"Slowloris bodies: Caddy reads a trickled request body for as long as the client keeps trickling unless the " +
 		"`servers { timeouts { read_body … } }` global option is set, and no example Caddyfile sets it. With it set " +
 		"(TestHostileInputs sets 10 s) every trickled upload is cut. Not changed here: a read_body bound also cuts " +
