@@ -215,3 +215,16 @@ func TestPostgresRestart(t *testing.T) {
 			return hold(ctx)
 		}), StackOptions{})
 }
+
+// TestS3Blackhole: the object store stops answering (every byte dropped,
+// connections left open) for a while.
+func TestS3Blackhole(t *testing.T) {
+	d := pick(5*time.Second, 30*time.Second)
+	Run(t, scenario("s3 blackholed", fmt.Sprintf("the S3 server's traffic dropped both ways for %s (connections left open)", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(S3).Blackhole(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
