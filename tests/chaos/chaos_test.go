@@ -57,10 +57,19 @@ func hold(ctx context.Context) error {
 // scenario; not fixed here (storage's publish protocol).
 const orphanObjects = "objects in the bucket that no blob row names"
 
+// keyKeptUnknown is an open finding of the scenarios that drop Postgres
+// connections: a create whose connection died after its statement was
+// written (pgx: unexpected EOF) has an unknown outcome, so the gateway
+// keeps its Idempotency-Key as the contract says; when nothing was in fact
+// created, the client's retry gets idempotency_key_reuse and there is no
+// job to poll. (Creates that never reached the server release the key:
+// fixed, see idem.NotSent.)
+const keyKeptUnknown = "its key was refused as used, but no"
+
 // scenario fills in the usual warm-up and after time.
 func scenario(name, fault string, holdFor time.Duration, inject func(ctx context.Context, t *testing.T, s *Stack) error) Scenario {
 	return Scenario{Name: name, Fault: fault, Warm: pick(2*time.Second, 10*time.Second), Hold: holdFor,
-		After: pick(3*time.Second, 20*time.Second), Inject: inject, Open: []string{orphanObjects}}
+		After: pick(3*time.Second, 20*time.Second), Inject: inject, Open: []string{orphanObjects, keyKeptUnknown}}
 }
 
 func TestPostgresStall(t *testing.T) {

@@ -38,7 +38,8 @@ type Scenario struct {
 	Inject func(ctx context.Context, t *testing.T, s *Stack) error
 	Heal   func(t *testing.T, s *Stack) error
 	// Open are findings known and not fixed: substrings of finding lines
-	// that are reported in the table instead of failing the test.
+	// that are reported in the table instead of failing the test, as long
+	// as at most OpenLimit findings match each.
 	Open []string
 }
 
@@ -46,8 +47,10 @@ type Scenario struct {
 type Result struct {
 	Scenario, Fault string
 	Report
-	// Open are the findings matched by Scenario.Open.
-	Open []string
+	// Open counts the findings matched by each of Scenario.Open;
+	// Failing lists the others (and the matched ones past OpenLimit).
+	Open    map[string]int
+	Failing []string
 	// Recover is the time from the fault's end to the first request that
 	// went through every dependency again (an upload and a list).
 	Recover time.Duration
@@ -114,19 +117,28 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 	} else {
 		res.Recover = recovered.Sub(healed)
 	}
-	var failing []string
+	res.Open = map[string]int{}
+	matched := map[string][]string{}
 	for _, f := range res.Findings {
-		if matchesAny(f, sc.Open) {
-			res.Open = append(res.Open, f)
+		if o, ok := matchAny(f, sc.Open); ok {
+			matched[o] = append(matched[o], f)
 		} else {
-			failing = append(failing, f)
+			res.Failing = append(res.Failing, f)
 		}
 	}
+	for o, fs := range matched {
+		if len(fs) > OpenLimit {
+			res.Failing = append(res.Failing, fs...)
+			continue
+		}
+		res.Open[o] = len(fs)
+		for _, f := range fs {
+			t.Logf("open finding: %s", f)
+		}
+	}
+	failing := res.Failing
 	t.Logf("%s: %d requests, codes %v, lost %d, duplicated %d, recovered in %s, open %d",
 		sc.Name, rep.Requests, rep.Codes, rep.Lost, rep.Duplicated, res.Recover.Round(10*time.Millisecond), len(res.Open))
-	for _, f := range res.Open {
-		t.Logf("open finding: %s", f)
-	}
 	for _, f := range failing {
 		t.Errorf("finding: %s", f)
 	}
@@ -142,13 +154,18 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 	return res
 }
 
-func matchesAny(f string, open []string) bool {
+// OpenLimit is how many findings one open pattern may match in a
+// scenario before they fail it: an open finding is rare, a flood of them
+// is a regression.
+const OpenLimit = 5
+
+func matchAny(f string, open []string) (string, bool) {
 	for _, o := range open {
 		if strings.Contains(f, o) {
-			return true
+			return o, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // probe repeats an upload and a job list on the first gateway until both
@@ -203,12 +220,21 @@ func Table(rs []Result) string {
 			codes = append(codes, fmt.Sprintf("%s: %d", c, n))
 		}
 		sort.Strings(codes)
-		open := "none"
-		if len(r.Open) > 0 {
-			open = strings.ReplaceAll(strings.Join(r.Open, "; "), "|", "/")
+		var notes []string
+		for o, n := range r.Open {
+			notes = append(notes, fmt.Sprintf("open, %d × %s", n, o))
 		}
-		if n := len(r.Findings) - len(r.Open); n > 0 {
-			open += fmt.Sprintf(" (and %d failing findings)", n)
+		sort.Strings(notes)
+		for i, f := range r.Failing {
+			if i == 3 {
+				notes = append(notes, fmt.Sprintf("and %d more failing", len(r.Failing)-3))
+				break
+			}
+			notes = append(notes, "FAILING: "+f)
+		}
+		open := "none"
+		if len(notes) > 0 {
+			open = strings.ReplaceAll(strings.Join(notes, "; "), "|", "/")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %d | %s | %s |\n", r.Scenario, r.Fault, r.Requests,
 			strings.Join(codes, ", "), r.Lost, r.Duplicated, open, r.Recover.Round(10*time.Millisecond))
