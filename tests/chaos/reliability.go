@@ -13,6 +13,11 @@ const LongCommand = "tests/chaos/long"
 
 // openNotes are findings outside the scenarios' table, kept open.
 var openNotes = []string{
+	"S3 stall: the S3 blob store's client (minio-go, storage/blob/s3blob) waits up to a minute for an answer and " +
+		"retries up to 3 times, so while the store is silent an upload is held for as long as the silence lasts " +
+		"(30 s in the long form) and the suite's client gives up at its 30 s timeout, past the 25 s bound the suite " +
+		"holds every request to. Not changed here (the blob store is another issue's); a shorter, configurable " +
+		"response-header timeout for the S3 client would bound it.",
 	"\"its key was refused as used, but no job holds it\": a create whose Postgres connection died after the statement " +
 		"was written (pgx: unexpected EOF) has an unknown outcome, so the gateway keeps the Idempotency-Key, as the " +
 		"contract says; when nothing was in fact created, the client's retry is answered 422 idempotency_key_reuse and " +
