@@ -230,7 +230,7 @@ func TestPostgresRestart(t *testing.T) {
 // response-header timeout) and retries, so an upload is held for as long
 // as the store is silent, past the suite's HangBound.
 const (
-	s3StallHang   = "took 30s (bound 25s): a hang"
+	s3StallHang   = "(bound 25s): a hang"
 	s3StallNoAnsw = "Client.Timeout exceeded while awaiting headers"
 )
 
@@ -246,5 +246,6 @@ func TestS3Blackhole(t *testing.T) {
 			return hold(ctx)
 		})
 	sc.Open = append(sc.Open, s3StallHang, s3StallNoAnsw)
+	sc.OpenLimit = 20 // every upload in flight while the store is silent
 	Run(t, sc, StackOptions{})
 }
