@@ -25,6 +25,10 @@ var (
 	// ErrDuplicate means a uniqueness backstop refused the write (for example
 	// a second asset created under one idempotency key after a claim was lost).
 	ErrDuplicate = errors.New("storage: duplicate")
+	// ErrNotSent means a write failed before anything reached the database
+	// (no connection could be made, or the statement was never written):
+	// it cannot have taken effect.
+	ErrNotSent = errors.New("storage: the write never reached the database")
 )
 
 // Asset is one asset record over an immutable, content-addressed blob.

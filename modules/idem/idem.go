@@ -9,6 +9,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -65,7 +66,7 @@ func (c *Claim) Key() string { return c.key }
 func (c *Claim) Reach(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.claimed {
+	if c.claimed || skipClaim {
 		return nil
 	}
 	ok, err := c.store.Claim(ctx, c.scope, c.key, c.ttl)
@@ -80,15 +81,16 @@ func (c *Claim) Reach(ctx context.Context) error {
 }
 
 // Settle releases the key when err is a definitive refusal: a 4xx that is not
-// the reuse refusal itself (validation, 402, every 429). Success, 5xx and
-// untyped errors (an outcome that may have committed) keep it. The release
+// the reuse refusal itself (validation, 402, every 429), or a failure that
+// never reached the database (see NotSent). Success, other 5xx and untyped
+// errors (an outcome that may have committed) keep it. The release
 // runs on a context detached from the request so a client disconnect cannot
 // cancel it.
 func (c *Claim) Settle(ctx context.Context, err error) {
 	c.mu.Lock()
 	claimed := c.claimed
 	c.mu.Unlock()
-	if !claimed || !Definitive(err) {
+	if !claimed || !(Definitive(err) || NotSent(err)) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -115,6 +117,22 @@ func Definitive(err error) bool {
 	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout
 }
 
+// NotSent reports whether err says that the write it failed never left
+// the gateway: storage.ErrNotSent, or an error in its chain that answers
+// SafeToRetry() true (as the Postgres driver's do when the statement was
+// never written). Nothing can have been created, so the key is free for
+// the client's retry.
+func NotSent(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, storage.ErrNotSent) {
+		return true
+	}
+	var safe interface{ SafeToRetry() bool }
+	return errors.As(err, &safe) && safe.SafeToRetry()
+}
+
 type ctxKey struct{}
 
 // WithClaim returns ctx carrying c.
@@ -138,7 +156,7 @@ func Reach(ctx context.Context) error {
 
 // KeyOf returns the request's idempotency key, or "".
 func KeyOf(ctx context.Context) string {
-	if c := From(ctx); c != nil {
+	if c := From(ctx); c != nil && !skipClaim {
 		return c.key
 	}
 	return ""

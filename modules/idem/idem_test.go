@@ -199,6 +199,8 @@ func TestClaimSettle(t *testing.T) {
 		{"wrapped validation releases", true, fmt.Errorf("w: %w", apierr.Validation("x")), true},
 		{"upstream keeps", true, apierr.Upstream(errors.New("timeout")), false},
 		{"untyped keeps", true, errors.New("maybe committed"), false},
+		{"upstream never sent releases", true, apierr.Upstream(fmt.Errorf("create job: %w", notSentErr{true})), true},
+		{"upstream maybe sent keeps", true, apierr.Upstream(fmt.Errorf("create job: %w", notSentErr{false})), false},
 		{"reuse keeps", true, apierr.IdempotencyKeyReuse(), false},
 		{"408 keeps", true, apierr.New(408, "timeout", "x"), false},
 		{"not reached does nothing", false, apierr.InvalidWorkflow("bad"), false},
@@ -283,3 +285,10 @@ func TestContextHelpers(t *testing.T) {
 		t.Fatal("Reach via context did not claim the key")
 	}
 }
+
+// notSentErr stands for a driver error that knows whether its write left
+// (pgconn's errors answer SafeToRetry the same way).
+type notSentErr struct{ safe bool }
+
+func (e notSentErr) Error() string     { return "connect: connection refused" }
+func (e notSentErr) SafeToRetry() bool { return e.safe }

@@ -185,7 +185,7 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	alone, err := s.creates.Do(ctx, r)
 	switch {
 	case err != nil:
-		return storage.Job{}, fmt.Errorf("postgres: create job: %w", err)
+		return storage.Job{}, mapErr("create job", err)
 	case r.inserted:
 		return r.job, nil
 	case alone:

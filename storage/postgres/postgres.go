@@ -105,7 +105,17 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInUse, err)
 		}
 	}
+	if notSent(err) {
+		return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrNotSent, err)
+	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// notSent reports whether err failed before anything was sent to the
+// server: a failed connection attempt, or what pgconn.SafeToRetry names.
+func notSent(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) || pgconn.SafeToRetry(err)
 }
 
 // isUUID reports whether s is a UUID in a form Postgres accepts. Lookups by a

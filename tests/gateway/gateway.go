@@ -218,6 +218,9 @@ func (g *Gateway) TLSConfig(t testing.TB) *tls.Config {
 	return &tls.Config{RootCAs: pool}
 }
 
+// PID is the gateway process's id (for /proc sampling).
+func (g *Gateway) PID() int { return g.cmd.Process.Pid }
+
 // Logs returns what the process printed so far.
 func (g *Gateway) Logs() string { return g.logs.String() }
 

@@ -1,0 +1,251 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestMain writes RELIABILITY.md from the scenarios and the soak that ran
+// when COMFYGATE_CHAOS_REPORT names a file (see tests/chaos/long).
+func TestMain(m *testing.M) {
+	started := time.Now()
+	code := m.Run()
+	if path := os.Getenv("COMFYGATE_CHAOS_REPORT"); path != "" {
+		soakMu.Lock()
+		soak := soakResult
+		soakMu.Unlock()
+		if soak != nil {
+			// The plot's path as RELIABILITY.md links it.
+			copied := *soak
+			if rel, err := filepath.Rel(filepath.Dir(path), soak.Plot); err == nil {
+				copied.Plot = rel
+			}
+			soak = &copied
+		}
+		if err := os.WriteFile(path, []byte(Markdown(Results(), soak, Long(), started)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// pick is the short form's value, or the long one with LongEnv.
+func pick(short, long time.Duration) time.Duration {
+	if Long() {
+		return long
+	}
+	return short
+}
+
+// hold keeps a fault until the scenario's hold ends.
+func hold(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// orphanObjects is an open finding any scenario may meet: a blob is
+// published inside the transaction that records it, so a commit that
+// fails after the publish (a Postgres fault, or a cancel ending the
+// attempt's context between the two) leaves an object no blob row names,
+// and no sweeper removes such objects. Seen once in the ComfyUI blackhole
+// scenario; not fixed here (storage's publish protocol).
+const orphanObjects = "objects in the bucket that no blob row names"
+
+// keyKeptUnknown is an open finding of the scenarios that drop Postgres
+// connections: a create whose connection died after its statement was
+// written (pgx: unexpected EOF) has an unknown outcome, so the gateway
+// keeps its Idempotency-Key as the contract says; when nothing was in fact
+// created, the client's retry gets idempotency_key_reuse and there is no
+// job to poll. (Creates that never reached the server release the key:
+// fixed, see idem.NotSent.)
+const keyKeptUnknown = "its key was refused as used, but no"
+
+// scenario fills in the usual warm-up and after time.
+func scenario(name, fault string, holdFor time.Duration, inject func(ctx context.Context, t *testing.T, s *Stack) error) Scenario {
+	return Scenario{Name: name, Fault: fault, Warm: pick(2*time.Second, 10*time.Second), Hold: holdFor,
+		After: pick(3*time.Second, 20*time.Second), Inject: inject, Open: []string{orphanObjects, keyKeptUnknown}}
+}
+
+func TestPostgresStall(t *testing.T) {
+	d := pick(5*time.Second, 10*time.Second)
+	Run(t, scenario("postgres stall", fmt.Sprintf("Postgres answers nothing for %s (latency toxic %s)", d, d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(PG).Latency(int(d.Milliseconds()), 0); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestPostgresReset(t *testing.T) {
+	d := pick(4*time.Second, 10*time.Second)
+	Run(t, scenario("postgres reset", fmt.Sprintf("every Postgres connection reset (RST) on use for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(PG).Reset(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestPostgresDown(t *testing.T) {
+	d := pick(6*time.Second, 30*time.Second)
+	Run(t, scenario("postgres down", fmt.Sprintf("Postgres refuses connections for %s (open ones closed)", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			s.Faults.Proxy(PG).Down()
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestRedisLatency(t *testing.T) {
+	d := pick(5*time.Second, 30*time.Second)
+	Run(t, scenario("redis latency", fmt.Sprintf("Redis answers 200 ms (±50 ms) late both ways for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(Redis).Latency(200, 50); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestRedisReset(t *testing.T) {
+	d := pick(4*time.Second, 10*time.Second)
+	Run(t, scenario("redis reset", fmt.Sprintf("every Redis connection reset (RST) on use for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(Redis).Reset(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+func TestRedisDown(t *testing.T) {
+	d := pick(6*time.Second, 30*time.Second)
+	Run(t, scenario("redis down", fmt.Sprintf("Redis refuses connections for %s (open ones closed)", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			s.Faults.Proxy(Redis).Down()
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+// TestComfyWorkerBlackholed: the worker running a job vanishes from the
+// network (every byte dropped, no connection closed) mid-job.
+func TestComfyWorkerBlackholed(t *testing.T) {
+	d := pick(8*time.Second, 30*time.Second)
+	Run(t, scenario("comfyui worker blackholed", fmt.Sprintf("the ComfyUI worker running a job blackholed mid-job for %s", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			for ctx.Err() == nil {
+				for i, p := range s.Peers {
+					if p.Running() != "" {
+						if err := s.Faults.Proxy([]string{Comfy0, Comfy1}[i]).Blackhole(); err != nil {
+							return err
+						}
+						return hold(ctx)
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return fmt.Errorf("no worker was running a job during the fault window")
+		}), StackOptions{})
+}
+
+// TestPartnerSlicesAndHangs: the partner's answers arrive in small slices
+// and then it stops sending halfway (data dropped, connections open).
+func TestPartnerSlicesAndHangs(t *testing.T) {
+	d := pick(8*time.Second, 30*time.Second)
+	Run(t, scenario("partner slices and hangs", fmt.Sprintf("partner answers sliced (8 B, 2 ms apart) for %s, then blackholed for %s", d/2, d/2), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			p := s.Faults.Proxy(Partner)
+			if err := p.Slicer(8, 2000); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d / 2):
+			}
+			if err := p.Blackhole(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+// TestGatewayKill9: one of two gateways sharing the dependencies is killed
+// with SIGKILL every few seconds and started again on its port.
+func TestGatewayKill9(t *testing.T) {
+	d := pick(12*time.Second, time.Minute)
+	every := 4 * time.Second
+	sc := scenario("kill -9 one of two gateways", fmt.Sprintf("SIGKILL of one of two gateways every %s for %s, restarted each time", every, d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			for ctx.Err() == nil {
+				s.Gateways[1].Kill()
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				s.Restart(t, 1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(every - time.Second):
+				}
+			}
+			return nil
+		})
+	sc.Gateways = 2
+	Run(t, sc, StackOptions{})
+}
+
+// TestPostgresRestart restarts the machine's real Postgres server
+// (pg_ctlcluster) under the workload. It runs only in the long form with
+// COMFYGATE_CHAOS_PG_RESTART=1 set, on a machine of one's own: every
+// other Postgres user of the machine sees the restart too.
+func TestPostgresRestart(t *testing.T) {
+	if !Long() || os.Getenv("COMFYGATE_CHAOS_PG_RESTART") == "" {
+		t.Skip("long form only, with COMFYGATE_CHAOS_PG_RESTART=1 on a machine of one's own")
+	}
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) == 0 {
+		t.Fatalf("no cluster under /etc/postgresql: %v", err)
+	}
+	ver := versions[0].Name()
+	Run(t, scenario("postgres restart", "the real Postgres server restarted (pg_ctlcluster restart)", 20*time.Second,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", ver, "main", "restart").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("pg_ctlcluster restart: %v: %s", err, out)
+			}
+			return hold(ctx)
+		}), StackOptions{})
+}
+
+// s3Stall is an open finding of the S3 scenario's long form: the S3 blob
+// store's client waits up to a minute for an answer (minio's default
+// response-header timeout) and retries, so an upload is held for as long
+// as the store is silent, past the suite's HangBound.
+const (
+	s3StallHang   = "(bound 25s): a hang"
+	s3StallNoAnsw = "Client.Timeout exceeded while awaiting headers"
+)
+
+// TestS3Blackhole: the object store stops answering (every byte dropped,
+// connections left open) for a while.
+func TestS3Blackhole(t *testing.T) {
+	d := pick(5*time.Second, 30*time.Second)
+	sc := scenario("s3 blackholed", fmt.Sprintf("the S3 server's traffic dropped both ways for %s (connections left open)", d), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			if err := s.Faults.Proxy(S3).Blackhole(); err != nil {
+				return err
+			}
+			return hold(ctx)
+		})
+	sc.Open = append(sc.Open, s3StallHang, s3StallNoAnsw)
+	sc.OpenLimit = 20 // every upload in flight while the store is silent
+	Run(t, sc, StackOptions{})
+}

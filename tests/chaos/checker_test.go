@@ -1,0 +1,81 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/comfygate/comfygate/tests/gateway"
+)
+
+// resubmit sends n submissions twice each with the same key, one after
+// the other, recording both answers: a correct gateway answers the
+// second with idempotency_key_reuse.
+func resubmit(ctx context.Context, d *Driver, n int) {
+	for range n {
+		logical := "job-" + uuid.NewString()
+		key := "k-" + logical
+		for a := 1; a <= 2; a++ {
+			e := d.do(ctx, Entry{Op: OpSubmit, Logical: logical, Key: key, Attempt: a}, http.MethodPost, "/api/v2/jobs",
+				bytes.NewReader(SubmitWorkflow(logical)), map[string]string{"Content-Type": "application/json", "Idempotency-Key": key})
+			d.H.Add(e)
+		}
+	}
+}
+
+// TestCheckerCatchesSkippedClaim: the checker is shown to catch what it
+// claims. A gateway built with -tags chaosbroken (it takes no idempotency
+// claim and records no key) creates a second job for a key already used;
+// the checker must report it as duplicated, from the history and from
+// storage. The real binary, under the same requests, must come out clean.
+func TestCheckerCatchesSkippedClaim(t *testing.T) {
+	broken := filepath.Join(t.TempDir(), "comfygate-broken")
+	cmd := exec.Command("go", "build", "-tags", "chaosbroken", "-o", broken, "./cmd/comfygate")
+	cmd.Dir = gateway.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the broken gateway: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		name   string
+		binary string
+		broken bool
+	}{{"real", "", false}, {"broken", broken, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewStack(t, StackOptions{Binary: c.binary})
+			h := NewHistory()
+			d := NewDriver(s, h)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			resubmit(ctx, d, 5)
+			d.Run(ctx, 2)
+			rep, err := Check(context.Background(), s, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d requests, codes %v, lost %d, duplicated %d, findings %q", c.name, rep.Requests, rep.Codes, rep.Lost, rep.Duplicated, rep.Findings)
+			switch {
+			case c.broken && rep.Duplicated < 5:
+				t.Errorf("broken build: checker found %d duplicated, want at least the 5 resubmissions", rep.Duplicated)
+			case !c.broken && (rep.Duplicated != 0 || rep.Lost != 0 || len(rep.Findings) != 0):
+				t.Errorf("real build: checker found %d duplicated, %d lost, findings %q", rep.Duplicated, rep.Lost, rep.Findings)
+			}
+			if c.broken {
+				storage := 0
+				for _, f := range rep.Findings {
+					if bytes.Contains([]byte(f), []byte("jobs in storage")) {
+						storage++
+					}
+				}
+				if storage < 5 {
+					t.Errorf("broken build: %d storage duplicates found, want at least 5: %q", storage, rep.Findings)
+				}
+			}
+		})
+	}
+}
