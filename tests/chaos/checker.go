@@ -63,6 +63,9 @@ func Check(ctx context.Context, s *Stack, h *History) (Report, error) {
 	if err := checkReservations(ctx, &r, s); err != nil {
 		return r, err
 	}
+	if err := runSweepers(ctx, s); err != nil {
+		return r, err
+	}
 	if err := checkBlobs(ctx, &r, s, conn); err != nil {
 		return r, err
 	}
@@ -301,8 +304,8 @@ func checkReservations(ctx context.Context, r *Report, s *Stack) error {
 	}
 }
 
-// checkBlobs: no object in the bucket that no blob row names, and no
-// multipart upload left open.
+// checkBlobs: after the sweepers, no object in the bucket that no blob row
+// names, and no multipart upload left open.
 func checkBlobs(ctx context.Context, r *Report, s *Stack, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `SELECT hash FROM blobs`)
 	if err != nil {

@@ -13,30 +13,53 @@ const LongCommand = "tests/chaos/long"
 
 // openNotes are findings outside the scenarios' table, kept open.
 var openNotes = []string{
-	"S3 stall: the S3 blob store's client (minio-go, storage/blob/s3blob) waits up to a minute for an answer and " +
-		"retries up to 3 times, so while the store is silent an upload is held for as long as the silence lasts " +
-		"(30 s in the long form) and the suite's client gives up at its 30 s timeout, past the 25 s bound the suite " +
-		"holds every request to. Not changed here (the blob store is another issue's); a shorter, configurable " +
-		"response-header timeout for the S3 client would bound it.",
 	"\"its key was refused as used, but no job holds it\": a create whose Postgres connection died after the statement " +
 		"was written (pgx: unexpected EOF) has an unknown outcome, so the gateway keeps the Idempotency-Key, as the " +
 		"contract says; when nothing was in fact created, the client's retry is answered 422 idempotency_key_reuse and " +
 		"there is no job to poll. A create that never reached the server (no connection could be made) now releases " +
 		"the key (fixed in this issue: storage.ErrNotSent, idem.NotSent). Resolving the unknown case needs the gateway " +
 		"to learn the outcome (for example by looking the job up once the database answers again) and is left open.",
-	"Orphan objects: a blob is published inside the transaction that records it, so a commit that fails after the " +
-		"publish (a Postgres fault, or a cancel ending a job attempt's context between the two) leaves an object that no " +
-		"blob row names, and no sweeper removes such objects. The checker lists it per scenario when it happens (seen " +
-		"once, in a ComfyUI-blackhole run during development).",
 	"Slowloris bodies: Caddy reads a trickled request body for as long as the client keeps trickling unless the " +
 		"`servers { timeouts { read_body … } }` global option is set, and no example Caddyfile sets it. With it set " +
 		"(TestHostileInputs sets 10 s) every trickled upload is cut. Not changed here: a read_body bound also cuts " +
 		"legitimate slow uploads of large assets, so the value is the operator's choice.",
 }
 
+// fixedNotes are findings of the suite that were fixed, and where.
+var fixedNotes = []string{
+	"Idempotency-Key kept after a write that never reached Postgres (no connection could be made): the client's retry " +
+		"got 422 idempotency_key_reuse with no job to poll (16–30 per Postgres-down run). Fixed: storage.ErrNotSent, " +
+		"idem.NotSent release the key.",
+	"S3 silence held uploads: the S3 client waited up to a minute per attempt and retried, so an upload was held as " +
+		"long as the store was silent, past the 25 s bound. Fixed: `blobs s3 { timeout }` (default 10 s; the stack sets " +
+		"2 s) fails a request that makes no progress.",
+	"Orphan objects: a blob is published inside the transaction that records it, so a commit that fails after the " +
+		"publish left an object no blob row names, and nothing removed it. Fixed: the maintenance pass walks the store " +
+		"and removes such objects under the blob row's lock (storage RemoveOrphanBlobs); the checker runs the sweepers " +
+		"before it looks at the bucket.",
+}
+
+// SoakSection is the body of the soak section of a RELIABILITY.md, or "".
+func SoakSection(md string) string {
+	_, rest, ok := strings.Cut(md, "\n## Soak\n")
+	if !ok {
+		return ""
+	}
+	body, _, _ := strings.Cut(rest, "\n## ")
+	if carried, after, ok := strings.Cut(body, carriedMark); ok {
+		_, body, _ = strings.Cut(carried+after, "\n\n") // drop the previous carry note
+	}
+	return strings.TrimSpace(body)
+}
+
+// carriedMark starts the note on a soak section carried over.
+const carriedMark = "The soak did not run this time"
+
 // Markdown is RELIABILITY.md: how it was produced, the scenarios' table,
-// the soak (when it ran) and the open findings outside the table.
-func Markdown(rs []Result, soak *SoakResult, long bool, started time.Time) string {
+// the soak (when it ran, else lastSoak: the section of the last report
+// that ran it, carried over as it was) and the open findings outside the
+// table.
+func Markdown(rs []Result, soak *SoakResult, lastSoak string, long bool, started time.Time) string {
 	var b strings.Builder
 	form := "short forms (as in tests/run)"
 	if long {
@@ -79,8 +102,16 @@ func Markdown(rs []Result, soak *SoakResult, long bool, started time.Time) strin
 			fmt.Fprintf(&b, "\nOpen finding: %s.\n", strings.Join(soak.Grew, "; "))
 		}
 	}
+	if soak == nil && lastSoak != "" {
+		b.WriteString("\n## Soak\n\n" + carriedMark + " (" + SoakEnv + "=0): the section below is the last soak's, " +
+			"carried over unchanged from the report that ran it.\n\n" + lastSoak + "\n")
+	}
 	b.WriteString("\n## Open findings outside the table\n\n")
 	for _, n := range openNotes {
+		b.WriteString("- " + n + "\n")
+	}
+	b.WriteString("\n## Findings fixed\n\n")
+	for _, n := range fixedNotes {
 		b.WriteString("- " + n + "\n")
 	}
 	return b.String()

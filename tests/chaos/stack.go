@@ -123,7 +123,7 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 		gwDSN = u.String()
 	}
 	s.caddyfile = caddyfile(gwDSN, withHost(t, s.RedisURL, rd.Addr),
-		bucket.Caddyfile(), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
+		bucket.Caddyfile(s3Timeout), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
 	for i := range opts.Gateways {
 		cfg := s.caddyfile
 		if i == 0 && opts.Admin {
@@ -155,6 +155,10 @@ func (s *Stack) URLs() []string {
 	}
 	return u
 }
+
+// s3Timeout is the stack's `blobs s3 { timeout }`: a silent store fails a
+// request within about four of it (three retries), inside HangBound.
+const s3Timeout = "timeout 2s"
 
 func caddyfile(dsn, redisURL, blobs, comfy0, comfy1, catalog, prefix string) string {
 	var workers strings.Builder
