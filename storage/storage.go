@@ -29,6 +29,10 @@ var (
 	// (no connection could be made, or the statement was never written):
 	// it cannot have taken effect.
 	ErrNotSent = errors.New("storage: the write never reached the database")
+	// ErrNotCommitted means a write's transaction failed at a step of its
+	// own before its commit (the blob's bytes could not be published) and
+	// was rolled back: it cannot have taken effect either.
+	ErrNotCommitted = errors.New("storage: the write was rolled back before its commit")
 )
 
 // Asset is one asset record over an immutable, content-addressed blob.

@@ -117,16 +117,18 @@ func Definitive(err error) bool {
 	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusRequestTimeout
 }
 
-// NotSent reports whether err says that the write it failed never left
-// the gateway: storage.ErrNotSent, or an error in its chain that answers
-// SafeToRetry() true (as the Postgres driver's do when the statement was
-// never written). Nothing can have been created, so the key is free for
-// the client's retry.
+// NotSent reports whether err says that the write it failed never took
+// effect: storage.ErrNotSent (it never left the gateway),
+// storage.ErrNotCommitted (its transaction was rolled back, for example
+// when the blob store could not publish the bytes), or an error in its
+// chain that answers SafeToRetry() true (as the Postgres driver's do when
+// the statement was never written). Nothing can have been created, so the
+// key is free for the client's retry.
 func NotSent(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, storage.ErrNotSent) {
+	if errors.Is(err, storage.ErrNotSent) || errors.Is(err, storage.ErrNotCommitted) {
 		return true
 	}
 	var safe interface{ SafeToRetry() bool }

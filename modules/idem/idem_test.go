@@ -200,6 +200,7 @@ func TestClaimSettle(t *testing.T) {
 		{"upstream keeps", true, apierr.Upstream(errors.New("timeout")), false},
 		{"untyped keeps", true, errors.New("maybe committed"), false},
 		{"upstream never sent releases", true, apierr.Upstream(fmt.Errorf("create job: %w", notSentErr{true})), true},
+		{"publish failed before the commit releases", true, apierr.Upstream(fmt.Errorf("create asset: %w: %w", storage.ErrNotCommitted, errors.New("s3 timeout"))), true},
 		{"upstream maybe sent keeps", true, apierr.Upstream(fmt.Errorf("create job: %w", notSentErr{false})), false},
 		{"reuse keeps", true, apierr.IdempotencyKeyReuse(), false},
 		{"408 keeps", true, apierr.New(408, "timeout", "x"), false},

@@ -84,7 +84,7 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 		return storage.Created{}, fmt.Errorf("embedded: reference blob: %w", err)
 	}
 	if err := publish(a.Hash); err != nil {
-		return storage.Created{}, fmt.Errorf("embedded: publish blob: %w", err)
+		return storage.Created{}, fmt.Errorf("embedded: publish blob: %w: %w", storage.ErrNotCommitted, err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO assets
 		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key,

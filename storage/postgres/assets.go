@@ -95,7 +95,7 @@ func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish s
 		return storage.Created{}, mapErr("create asset: insert", err)
 	}
 	if err := publish(a.Hash); err != nil {
-		return storage.Created{}, fmt.Errorf("postgres: create asset: publish %s: %w", a.Hash, err)
+		return storage.Created{}, fmt.Errorf("postgres: create asset: publish %s: %w: %w", a.Hash, storage.ErrNotCommitted, err)
 	}
 	return storage.Created{Asset: created, AccountHadBlob: had}, nil
 }

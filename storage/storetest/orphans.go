@@ -27,8 +27,8 @@ func orphan(t *testing.T, st storage.Store, fs *fakeFS, hash string) {
 		}
 		return failed
 	})
-	if !errors.Is(err, failed) {
-		t.Fatalf("the failing create: %v, want its publish error", err)
+	if !errors.Is(err, failed) || !errors.Is(err, storage.ErrNotCommitted) {
+		t.Fatalf("the failing create: %v, want its publish error and ErrNotCommitted", err)
 	}
 	if !fs.has(hash) {
 		t.Fatal("the failing create published nothing")
