@@ -30,6 +30,10 @@ var fixedNotes = []string{
 	"Idempotency-Key kept after a write that never reached Postgres (no connection could be made): the client's retry " +
 		"got 422 idempotency_key_reuse with no job to poll (16–30 per Postgres-down run). Fixed: storage.ErrNotSent, " +
 		"idem.NotSent release the key.",
+	"Idempotency-Key kept after an upload whose bytes the blob store could not publish (seen once the S3 timeout " +
+		"turned S3-silence hangs into 500s: 11 retries per S3-blackhole run got 422 with no asset). The create's " +
+		"transaction is rolled back before its commit, so nothing was created. Fixed: storage.ErrNotCommitted, which " +
+		"idem.NotSent releases.",
 	"S3 silence held uploads: the S3 client waited up to a minute per attempt and retried, so an upload was held as " +
 		"long as the store was silent, past the 25 s bound. Fixed: `blobs s3 { timeout }` (default 10 s; the stack sets " +
 		"2 s) fails a request that makes no progress.",
