@@ -284,6 +284,22 @@ func (s *Service) SweepExpired(ctx context.Context, limit int) (int, error) {
 	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.removeBlob(ctx))
 }
 
+// SweepOrphans checks up to limit published blobs after the address after
+// ("" = from the first) and removes those no record names (bytes a create
+// published in a transaction that then failed). It returns where the next
+// page starts ("" once the walk reached the end) and how many it removed.
+func (s *Service) SweepOrphans(ctx context.Context, after string, limit int) (next string, removed int, err error) {
+	hashes, err := s.Blobs.List(ctx, after, limit)
+	if err != nil {
+		return after, 0, err
+	}
+	if len(hashes) == limit {
+		next = hashes[len(hashes)-1]
+	}
+	removed, err = s.Store.RemoveOrphanBlobs(ctx, hashes, s.removeBlob(ctx))
+	return next, removed, err
+}
+
 // removeBlob is the storage layer's remove step: it deletes the bytes of a
 // blob whose last reference is going, with the blob's row held. It runs
 // without ctx's cancellation, so that a client going away cannot leave the

@@ -55,6 +55,17 @@ func hold(ctx context.Context) error {
 	return nil
 }
 
+// holding is a scenario's Inject that applies fault to the target's proxy
+// and holds it until the scenario's hold ends.
+func holding(target string, fault func(p *Proxy) error) func(ctx context.Context, t *testing.T, s *Stack) error {
+	return func(ctx context.Context, t *testing.T, s *Stack) error {
+		if err := fault(s.Faults.Proxy(target)); err != nil {
+			return err
+		}
+		return hold(ctx)
+	}
+}
+
 // keyKeptUnknown is an open finding of the scenarios that drop Postgres
 // connections: a create whose connection died after its statement was
 // written (pgx: unexpected EOF) has an unknown outcome, so the gateway
@@ -73,63 +84,37 @@ func scenario(name, fault string, holdFor time.Duration, inject func(ctx context
 func TestPostgresStall(t *testing.T) {
 	d := pick(5*time.Second, 10*time.Second)
 	Run(t, scenario("postgres stall", fmt.Sprintf("Postgres answers nothing for %s (latency toxic %s)", d, d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := s.Faults.Proxy(PG).Latency(int(d.Milliseconds()), 0); err != nil {
-				return err
-			}
-			return hold(ctx)
-		}), StackOptions{})
+		holding(PG, func(p *Proxy) error { return p.Latency(int(d.Milliseconds()), 0) })), StackOptions{})
 }
 
 func TestPostgresReset(t *testing.T) {
 	d := pick(4*time.Second, 10*time.Second)
 	Run(t, scenario("postgres reset", fmt.Sprintf("every Postgres connection reset (RST) on use for %s", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := s.Faults.Proxy(PG).Reset(); err != nil {
-				return err
-			}
-			return hold(ctx)
-		}), StackOptions{})
+		holding(PG, func(p *Proxy) error { return p.Reset() })), StackOptions{})
 }
 
 func TestPostgresDown(t *testing.T) {
 	d := pick(6*time.Second, 30*time.Second)
 	Run(t, scenario("postgres down", fmt.Sprintf("Postgres refuses connections for %s (open ones closed)", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			s.Faults.Proxy(PG).Down()
-			return hold(ctx)
-		}), StackOptions{})
+		holding(PG, func(p *Proxy) error { p.Down(); return nil })), StackOptions{})
 }
 
 func TestRedisLatency(t *testing.T) {
 	d := pick(5*time.Second, 30*time.Second)
 	Run(t, scenario("redis latency", fmt.Sprintf("Redis answers 200 ms (±50 ms) late both ways for %s", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := s.Faults.Proxy(Redis).Latency(200, 50); err != nil {
-				return err
-			}
-			return hold(ctx)
-		}), StackOptions{})
+		holding(Redis, func(p *Proxy) error { return p.Latency(200, 50) })), StackOptions{})
 }
 
 func TestRedisReset(t *testing.T) {
 	d := pick(4*time.Second, 10*time.Second)
 	Run(t, scenario("redis reset", fmt.Sprintf("every Redis connection reset (RST) on use for %s", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := s.Faults.Proxy(Redis).Reset(); err != nil {
-				return err
-			}
-			return hold(ctx)
-		}), StackOptions{})
+		holding(Redis, func(p *Proxy) error { return p.Reset() })), StackOptions{})
 }
 
 func TestRedisDown(t *testing.T) {
 	d := pick(6*time.Second, 30*time.Second)
 	Run(t, scenario("redis down", fmt.Sprintf("Redis refuses connections for %s (open ones closed)", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			s.Faults.Proxy(Redis).Down()
-			return hold(ctx)
-		}), StackOptions{})
+		holding(Redis, func(p *Proxy) error { p.Down(); return nil })), StackOptions{})
 }
 
 // TestComfyWorkerBlackholed: the worker running a job vanishes from the
@@ -228,11 +213,6 @@ func TestPostgresRestart(t *testing.T) {
 func TestS3Blackhole(t *testing.T) {
 	d := pick(5*time.Second, 30*time.Second)
 	sc := scenario("s3 blackholed", fmt.Sprintf("the S3 server's traffic dropped both ways for %s (connections left open)", d), d,
-		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := s.Faults.Proxy(S3).Blackhole(); err != nil {
-				return err
-			}
-			return hold(ctx)
-		})
+		holding(S3, func(p *Proxy) error { return p.Blackhole() }))
 	Run(t, sc, StackOptions{})
 }

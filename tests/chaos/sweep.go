@@ -2,10 +2,9 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/modules/assets"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/postgres"
 )
@@ -31,18 +30,15 @@ func runSweepers(ctx context.Context, s *Stack) error {
 		return fmt.Errorf("checker: postgres store: %w", err)
 	}
 	defer db.Close()
-	remove := blob.RemoveFunc(ctx, store)
+	svc := &assets.Service{Store: db, Blobs: store}
 	for after := ""; ; {
-		page, err := store.List(ctx, after, 1000)
+		next, _, err := svc.SweepOrphans(ctx, after, 1000)
 		if err != nil {
-			return fmt.Errorf("checker: listing blobs: %w", err)
-		}
-		if _, err := db.RemoveOrphanBlobs(ctx, page, remove); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("checker: removing orphan blobs: %w", err)
 		}
-		if len(page) < 1000 {
+		if next == "" {
 			return nil
 		}
-		after = page[len(page)-1]
+		after = next
 	}
 }
