@@ -98,7 +98,7 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 		return Result{}, err
 	}
 	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
-		ID:             uuid.NewString(),
+		ID:             storage.NewID(),
 		AccountID:      account,
 		Hash:           req.Hash,
 		SizeBytes:      req.Size,
@@ -166,7 +166,7 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 		return Result{}, err
 	}
 	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
-		ID:             uuid.NewString(),
+		ID:             storage.NewID(),
 		AccountID:      account,
 		Hash:           hash,
 		SizeBytes:      size,

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/metrics"
@@ -400,7 +399,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 		Name:   f.Name,
 		Type:   f.Type,
 		Asset: storage.NewAsset{
-			ID:          uuid.NewString(),
+			ID:          storage.NewID(),
 			Hash:        hash,
 			SizeBytes:   size,
 			ContentType: f.ContentType,

@@ -83,7 +83,7 @@ func (s *Service) now() time.Time {
 // failures claim nothing; the idempotency key is taken only just before the
 // job is written.
 func (s *Service) Submit(ctx context.Context, account string, body []byte) (storage.Job, error) {
-	return s.SubmitWithID(ctx, account, uuid.NewString(), body)
+	return s.SubmitWithID(ctx, account, storage.NewID(), body)
 }
 
 // SubmitWithID is Submit with the job id chosen by the caller (a UUID; a

@@ -97,7 +97,7 @@ func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) 
 	if len(in.PartialExecutionTargets) > 0 {
 		return Queued{}, InvalidPrompt("invalid_prompt", "partial_execution_targets is not supported: every output of the prompt runs", "")
 	}
-	id := uuid.NewString()
+	id := storage.NewID()
 	if in.PromptID != nil && *in.PromptID != "" {
 		parsed, err := uuid.Parse(*in.PromptID)
 		if err != nil || parsed.String() != *in.PromptID {

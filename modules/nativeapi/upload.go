@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/comfygate/comfygate/modules/apierr"
 	"github.com/comfygate/comfygate/modules/ingest"
 	"github.com/comfygate/comfygate/storage"
@@ -228,7 +226,7 @@ func (s *Service) saveUpload(ctx context.Context, account string, form *uploadFo
 	}
 	up := form.upload
 	_, err := s.Assets.Store.CreateAsset(ctx, storage.NewAsset{
-		ID: uuid.NewString(), AccountID: account, Hash: form.hash, SizeBytes: form.size,
+		ID: storage.NewID(), AccountID: account, Hash: form.hash, SizeBytes: form.size,
 		ContentType: form.contentType, FilePath: path.Join(form.subfolder, name), ExpiresAt: expires,
 	}, func(string) error { return up.Publish() })
 	if err != nil {

@@ -19,10 +19,16 @@ import (
 )
 
 // s3Global is the comfygate option of a gateway on Postgres + Redis with
-// its blobs in bucket (the replicas' setup), at the default part size.
+// its blobs in bucket (the replicas' setup), at the default part size;
+// COMFYGATE_BENCH_S3_OPTIONS adds lines to the blobs s3 block, for
+// experiments ("part_size 16MiB").
 func s3Global(t *testing.T, bucket s3test.Config) string {
+	var extra []string
+	if o := os.Getenv("COMFYGATE_BENCH_S3_OPTIONS"); o != "" {
+		extra = strings.Split(o, ";")
+	}
 	return fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\t%s\n\t\tmax_upload_size 2GiB",
-		pgtest.DSN(t), pgtest.RedisURL(t), bucket.Caddyfile())
+		pgtest.DSN(t), pgtest.RedisURL(t), bucket.Caddyfile(extra...))
 }
 
 // s3UploadTargets are the S3 targets of the upload benchmark, on a bucket

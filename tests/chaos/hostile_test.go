@@ -100,22 +100,6 @@ http://:{PORT} {
 	return gateway.Start(t, cfg, gateway.Options{Dir: dir}), key, pubPEM
 }
 
-// rss reads a process's resident set in bytes.
-func rss(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // multipartRaw builds a multipart body by hand (boundary "B").
 func multipartRaw(parts ...string) []byte {
 	var b bytes.Buffer

@@ -189,3 +189,24 @@ type SoakResult struct {
 	Grew             []string
 	Report           Report
 }
+
+// SoakEnv sets the soak's length (a Go duration, "30m" for the long form;
+// "0" skips it); without it the soak runs as a 24 s smoke test of its
+// sampling and plot.
+const SoakEnv = "COMFYGATE_CHAOS_SOAK"
+
+// rss reads a process's resident set in bytes.
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -11,11 +11,6 @@ import (
 	"time"
 )
 
-// SoakEnv sets the soak's length (a Go duration, "30m" for the long form;
-// "0" skips it); without it the soak runs as a 24 s smoke test of its
-// sampling and plot.
-const SoakEnv = "COMFYGATE_CHAOS_SOAK"
-
 // SoakPlotEnv names where the soak's PNG (and its CSV beside it) go.
 const SoakPlotEnv = "COMFYGATE_CHAOS_SOAK_PLOT"
 

@@ -150,6 +150,20 @@ func (g *gen) id(kind string, i int) string {
 	return uuid.NewSHA1(g.ns, []byte(kind+strconv.Itoa(i))).String()
 }
 
+// rowID is the id of row i of a table whose ids the product makes with
+// storage.NewID (jobs, assets): a UUIDv7 of the row's creation time, the
+// rest of its bits name-based as in id, so that a seeded store's indexes
+// have the shape a store that ran for the span would have.
+func (g *gen) rowID(kind string, i int, created time.Time) string {
+	u := uuid.NewSHA1(g.ns, []byte(kind+strconv.Itoa(i)))
+	ms := uint64(created.UnixMilli())
+	for k := 0; k < 6; k++ {
+		u[k] = byte(ms >> (40 - 8*k))
+	}
+	u[6] = 0x70 | u[6]&0x0f // version 7; NewSHA1 already set the variant
+	return u.String()
+}
+
 func (g *gen) account(i int) string {
 	if i%g.busyEvery == 0 {
 		return BusyAccount
@@ -181,7 +195,7 @@ func (g *gen) status(i int) string {
 // job is row i; call it for i in order (turns).
 func (g *gen) job(i int) Job {
 	acct, c := g.account(i), g.created(i)
-	j := Job{ID: g.id("job", i), Account: acct, Status: g.status(i), Created: c, Expires: c.Add(24 * time.Hour)}
+	j := Job{ID: g.rowID("job", i, c), Account: acct, Status: g.status(i), Created: c, Expires: c.Add(24 * time.Hour)}
 	if mix(uint64(i)^0x1de)%10 < 3 {
 		k := g.id("key", i)
 		j.IdempotencyKey = &k
@@ -215,8 +229,8 @@ func (g *gen) output(i int) (Asset, bool) {
 		return Asset{}, false
 	}
 	c := g.created(i)
-	jobID, expires := g.id("job", i), c.Add(24*time.Hour)
-	return Asset{ID: g.id("out", i), Account: g.account(i), Hash: hash("out", i), ContentType: "image/png",
+	jobID, expires := g.rowID("job", i, c), c.Add(24*time.Hour)
+	return Asset{ID: g.rowID("out", i, c.Add(4*time.Second)), Account: g.account(i), Hash: hash("out", i), ContentType: "image/png",
 		FilePath: fmt.Sprintf("ComfyUI_%05d_.png", i%100000), Size: outputSize, JobID: &jobID,
 		Created: c.Add(4 * time.Second), Expires: &expires}, true
 }
@@ -231,7 +245,7 @@ func (g *gen) upload(i int) (a Asset, common, ok bool) {
 	if r := mix(uint64(i) ^ 0x5eed); r%10 == 0 {
 		h, common = hash("common", int(r/10%commonBlobs)), true
 	}
-	return Asset{ID: g.id("up", i), Account: g.account(i), Hash: h, ContentType: "image/png",
+	return Asset{ID: g.rowID("up", i, g.created(i)), Account: g.account(i), Hash: h, ContentType: "image/png",
 		FilePath: fmt.Sprintf("inputs/photo_%d.png", i), Size: uploadSize, Created: g.created(i)}, common, true
 }
 

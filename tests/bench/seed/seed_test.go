@@ -5,6 +5,9 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/embedded"
@@ -65,6 +68,13 @@ func checkSeeded(t *testing.T, st storage.Store, stats seed.Stats) {
 	}
 	succeeded := 0
 	for _, j := range jobs {
+		// Ids have the product's shape (storage.NewID): UUIDv7 of the
+		// row's creation time.
+		u, err := uuid.Parse(j.ID)
+		sec, nsec := u.Time().UnixTime()
+		if err != nil || u.Version() != 7 || time.Unix(sec, nsec).UnixMilli() != j.CreatedAt.UnixMilli() {
+			t.Fatalf("job %s (created %v): want a UUIDv7 of its creation time (%v)", j.ID, j.CreatedAt, err)
+		}
 		if j.Status == storage.JobSucceeded {
 			succeeded++
 			if len(j.Outputs) != 1 || j.Outputs[0].Asset.Hash == "" || string(j.Workflow) != seed.Workflow {
