@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -131,5 +132,25 @@ func TestRemoveFailureKeepsAsset(t *testing.T) {
 	}
 	if removed != 1 {
 		t.Errorf("remove called %d times on retry, want 1", removed)
+	}
+}
+
+// TestConnectionPragmas: every connection, the writer and each reader,
+// runs with the store's settings (WAL, foreign keys, the page cache).
+func TestConnectionPragmas(t *testing.T) {
+	s := openMigrated(t)
+	ctx := context.Background()
+	for name, db := range map[string]interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}{"writer": s.write, "reader": s.read} {
+		var mode string
+		var fk, cache int
+		if err := db.QueryRowContext(ctx, `SELECT journal_mode, foreign_keys, cache_size
+			FROM pragma_journal_mode, pragma_foreign_keys, pragma_cache_size`).Scan(&mode, &fk, &cache); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if mode != "wal" || fk != 1 || cache != -pageCacheKiB {
+			t.Errorf("%s: journal_mode %s, foreign_keys %d, cache_size %d; want wal, 1, %d", name, mode, fk, cache, -pageCacheKiB)
+		}
 	}
 }

@@ -47,3 +47,23 @@ func embeddedPending(ctx context.Context, path string) (int, error) {
 		AND expires_at < ?1) + (SELECT count(*) FROM assets WHERE expires_at IS NOT NULL AND expires_at < ?1)`, now).Scan(&n)
 	return n, err
 }
+
+// embeddedRestore is scaleStore.restore for the embedded store at path.
+func embeddedRestore(ctx context.Context, path string) error {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(30000)&_pragma=foreign_keys(1)&_txlock=immediate")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range restoreSQL {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}

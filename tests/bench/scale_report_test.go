@@ -20,11 +20,14 @@ import (
 // The gateway is API-only (no_execute) with API-key auth, on Postgres+Redis
 // or embedded. Submit: 16 clients, closed loop (raw client), p99 of the
 // successful ones. GET job: open loop at 1,000 req/s of the busy account's
-// last queued job (the back of a deep queue). Lists: 300 sequential GETs
+// last queued job (the back of a deep queue). Lists: 600 sequential GETs
 // of the first page and of a page half-way through the account's jobs
-// (cursor walked there), busy and quiet (seed.QuietAccount: ~300 jobs at every size). Dedup: 500 HEAD
-// by-hash and 500 from-hash (same path: the existing asset) of an upload.
-// Claims: 4 claimers on the store (as dispatchers), claims/s. Reaper: up to
+// (cursor walked there), busy and quiet (seed.QuietAccount: ~300 jobs at
+// every size). Dedup: 1,000 HEAD by-hash and 1,000 from-hash (same path:
+// the existing asset) of an upload. Claims: 4 claimers on the store (as
+// dispatchers), claims/s. After each round the store is restored to its
+// seeded state (restoreSQL: the round's submissions deleted, its claims
+// queued again). Reaper: up to
 // 100,000 of the oldest queued or succeeded jobs made due (outputs with
 // them), then the sweeps at the default batch and pause (ExpireJobs, then
 // DeleteExpiredAssets; blob files are not on disk for seeded rows, so the
@@ -65,6 +68,9 @@ func TestBenchScale(t *testing.T) {
 			for k := range 2 {
 				i := (k + r) % 2
 				res[i] = append(res[i], measureRound(t, envs[i], dur))
+				if err := envs[i].s.restore(); err != nil {
+					t.Fatalf("restore the store after round %d: %v", r+1, err)
+				}
 			}
 		}
 		reap := [2]scaleResult{}
