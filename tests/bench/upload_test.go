@@ -184,7 +184,8 @@ func TestBenchUploadThroughput(t *testing.T) {
 	}
 	ratios := [][2]string{{"embedded", "dd"}, {"postgres", "dd"}, {"embedded", "naive"}, {"postgres", "naive"},
 		{"embedded", "embedded@base"}, {"s3 gateway", "s3 direct"}, {"s3 gateway (expected_hash)", "s3 direct"},
-		{"s3 gateway", "s3 minio-go PutObject"}, {"s3 gateway (expected_hash)", "s3 minio-go PutObject"}}
+		{"s3 gateway", "s3 minio-go PutObject"}, {"s3 gateway (expected_hash)", "s3 minio-go PutObject"},
+		{"s3 gateway (expected_hash)", "s3 minio-go one PUT"}}
 
 	mbps := map[string][]float64{}
 	ratio := map[[2]string][]float64{}
