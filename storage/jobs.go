@@ -223,7 +223,9 @@ type JobStore interface {
 	ReclaimExpired(ctx context.Context, now time.Time, maxAttempts int, jobErr json.RawMessage) ([]Job, error)
 	// ExpireJobs marks expired every non-terminal job past its ExpiresAt and
 	// every running job started before runningBefore, up to limit, and
-	// returns them. Expired jobs no longer hold their output assets.
+	// returns them. Expired jobs no longer hold their output assets. A
+	// store may commit a batch in parts: on an error it returns, with it,
+	// the jobs it had already expired.
 	ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]Job, error)
 	// CancelDeploymentJobs cancels every queued and running job of the
 	// deployment as CancelJob does (queued → canceled, running →

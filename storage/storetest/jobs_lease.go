@@ -21,6 +21,7 @@ var jobLeaseCases = []storeCase{
 	{"ReleaseJob", testReleaseJob},
 	{"ReclaimCanceling", testReclaimCanceling},
 	{"ExpireJobs", testExpireJobs},
+	{"ExpireJobsManyAtOnce", testExpireJobsManyAtOnce},
 	{"AssetInUse", testAssetInUse},
 }
 
@@ -502,5 +503,39 @@ func testReleaseJob(t *testing.T, st storage.Store) {
 	got, err = st.ReleaseJob(ctx(t), other.ID, claimed.Attempt, 3, jobErr)
 	if err != nil || got.Status != storage.JobCanceled {
 		t.Fatalf("release of a canceling job: %+v, %v; want canceled", got, err)
+	}
+}
+
+// testExpireJobsManyAtOnce: a limit larger than a store's own unit of work
+// (the embedded store commits 100 jobs a transaction) expires exactly that
+// many, each once, oldest first, and the next call the rest.
+func testExpireJobsManyAtOnce(t *testing.T, st storage.Store) {
+	account, pool := newID(), newID()
+	now := micro(time.Now())
+	const total = 250
+	for range total {
+		j := newJob(account, pool)
+		j.ExpiresAt = now.Add(-time.Minute)
+		mustCreateJob(t, st, j)
+	}
+	seen := map[string]bool{}
+	for i, want := range []int{150, total - 150, 0} {
+		got, err := st.ExpireJobs(ctx(t), now, now.Add(-24*time.Hour), 150)
+		if err != nil || len(got) != want {
+			t.Fatalf("ExpireJobs call %d (limit 150) = %d jobs, %v; want %d", i+1, len(got), err, want)
+		}
+		for k, j := range got {
+			if j.Status != storage.JobExpired || seen[j.ID] {
+				t.Fatalf("call %d: job %s is %s (seen before: %v)", i+1, j.ID, j.Status, seen[j.ID])
+			}
+			seen[j.ID] = true
+			if k > 0 && got[k-1].CreatedAt.After(j.CreatedAt) {
+				t.Fatalf("call %d: jobs not oldest first at %d", i+1, k)
+			}
+		}
+	}
+	left, err := st.ListJobs(ctx(t), account, storage.JobQuery{Limit: 100, Statuses: []string{storage.JobQueued}})
+	if err != nil || len(left) != 0 {
+		t.Fatalf("queued jobs left after expiring all: %d, %v", len(left), err)
 	}
 }
