@@ -46,14 +46,7 @@ func TestBenchEmbeddedReads(t *testing.T) {
 				return err
 			}},
 		} {
-			lat := make([]time.Duration, 0, op.times)
-			for range op.times {
-				start := time.Now()
-				if err := op.do(); err != nil {
-					t.Fatalf("%s: %v", op.name, err)
-				}
-				lat = append(lat, time.Since(start))
-			}
+			lat := latencies(t, op.times, op.do)
 			t.Logf("%d jobs, %s: p50 %v, p99 %v", n, op.name,
 				Median(lat).Round(time.Microsecond), Percentile(lat, 99).Round(time.Microsecond))
 		}

@@ -30,9 +30,13 @@ func TestBenchJobIDWAL(t *testing.T) {
 	if err := json.Unmarshal(submitBody(chainWorkflow(10)), &body); err != nil {
 		t.Fatal(err)
 	}
-	ids := map[string]func() string{"v4 (random)": uuid.NewString, "v7 (storage.NewID)": storage.NewID}
+	type idKind struct {
+		name  string
+		newID func() string
+	}
+	v4, v7 := idKind{"v4 (random)", uuid.NewString}, idKind{"v7 (storage.NewID)", storage.NewID}
 	const inserts = 3000
-	for _, kind := range []string{"v4 (random)", "v7 (storage.NewID)", "v4 (random)", "v7 (storage.NewID)"} {
+	for _, kind := range []idKind{v4, v7, v4, v7} {
 		if _, err := db.Exec(ctx, "CHECKPOINT"); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +48,7 @@ func TestBenchJobIDWAL(t *testing.T) {
 		}
 		start := time.Now()
 		for i := 0; i < inserts; i++ {
-			if _, err := s.st.CreateJob(ctx, storage.NewJob{ID: ids[kind](), AccountID: "id-probe", Pool: "builtin",
+			if _, err := s.st.CreateJob(ctx, storage.NewJob{ID: kind.newID(), AccountID: "id-probe", Pool: "builtin",
 				Workflow: body.Workflow, ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +61,7 @@ func TestBenchJobIDWAL(t *testing.T) {
 		if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, lsn1, lsn0).Scan(&wal); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: WAL %d bytes, %.2f blocks read, %v per insert", kind, wal/inserts,
+		t.Logf("%s: WAL %d bytes, %.2f blocks read, %v per insert", kind.name, wal/inserts,
 			float64(read1-read0)/inserts, (took / inserts).Round(time.Microsecond))
 	}
 }

@@ -177,6 +177,12 @@ func timed(conc int, d time.Duration, op func() error) (float64, []time.Duration
 // sequential runs op k times in a row and returns its p99.
 func sequential(t *testing.T, k int, op func() error) time.Duration {
 	t.Helper()
+	return Percentile(latencies(t, k, op), 99)
+}
+
+// latencies runs op k times in a row and returns how long each took.
+func latencies(t *testing.T, k int, op func() error) []time.Duration {
+	t.Helper()
 	lat := make([]time.Duration, 0, k)
 	for range k {
 		t0 := time.Now()
@@ -185,7 +191,7 @@ func sequential(t *testing.T, k int, op func() error) time.Duration {
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	return Percentile(lat, 99)
+	return lat
 }
 
 func expect(client *http.Client, method, u string, body []byte, want int) ([]byte, error) {
