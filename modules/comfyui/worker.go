@@ -362,7 +362,39 @@ func (w *worker) dial(ctx context.Context) (*websocket.Conn, error) {
 		conn.CloseNow()
 		return nil, fmt.Errorf("websocket feature_flags: %w", err)
 	}
+	if err := w.awaitStatus(dctx, conn); err != nil {
+		conn.CloseNow()
+		return nil, fmt.Errorf("websocket status: %w", err)
+	}
 	return conn, nil
+}
+
+// awaitStatus reads the session's messages up to its first "status".
+// ComfyUI sends it right after it registers the socket under the client
+// id, and only a registered session keeps a log subscription (a flush
+// drops subscribers without a socket), so the session counts as open, and
+// may be subscribed, only from then on.
+func (w *worker) awaitStatus(ctx context.Context, conn *websocket.Conn) error {
+	for {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			continue
+		}
+		var msg struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(data, &msg) != nil {
+			continue
+		}
+		w.routeText(msg.Type, msg.Data)
+		if msg.Type == "status" {
+			return nil
+		}
+	}
 }
 
 func (w *worker) headers() http.Header {
