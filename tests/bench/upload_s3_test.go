@@ -46,8 +46,19 @@ func s3Global(t *testing.T, bucket s3test.Config) string {
 // the machine is doing.
 func s3UploadTargets(t *testing.T) []uploadTarget {
 	bucket := s3test.Bucket(t)
-	g, gatewayPID := startGateway(t, s3Global(t, bucket))
-	url := g.URL + "/api/v2/assets"
+	type gw struct {
+		url string
+		pid int
+	}
+	gateways := map[string]gw{}
+	g, pid := startGateway(t, s3Global(t, bucket))
+	gateways[""] = gw{g.URL + "/api/v2/assets", pid}
+	names := []string{"s3 direct", "s3 minio-go PutObject", "s3 minio-go one PUT", "s3 gateway", "s3 gateway (expected_hash)"}
+	if base := os.Getenv("COMFYGATE_BENCH_BASE_BIN"); base != "" {
+		g, pid := startGatewayBin(t, base, s3Global(t, bucket))
+		gateways["@base"] = gw{g.URL + "/api/v2/assets", pid}
+		names = append(names, "s3 gateway@base", "s3 gateway (expected_hash)@base")
+	}
 	client := bucket.Client(t)
 	// The server's process is found by its address in its arguments, or
 	// by COMFYGATE_BENCH_S3_PROCESS (a part of one of them) for servers
@@ -79,21 +90,26 @@ func s3UploadTargets(t *testing.T) []uploadTarget {
 	}
 	cpu := map[string][][3]time.Duration{} // per upload: server, gateway, client
 	var targets []uploadTarget
-	for _, name := range []string{"s3 direct", "s3 minio-go PutObject", "s3 minio-go one PUT", "s3 gateway", "s3 gateway (expected_hash)"} {
+	for _, name := range names {
+		base, isBase := strings.CutSuffix(name, "@base")
+		gateway := gateways[""]
+		if isBase {
+			gateway = gateways["@base"]
+		}
 		targets = append(targets, uploadTarget{name: name, write: func(t *testing.T, f string) float64 {
 			var extra []string
-			if name == "s3 gateway (expected_hash)" { // hashed before the clocks start
+			if base == "s3 gateway (expected_hash)" { // hashed before the clocks start
 				extra = append(extra, "expected_hash="+fileHash(t, f))
 			}
-			s0, g0, c0 := mustTicks(t, serverPID), mustTicks(t, gatewayPID), clientCPU()
+			s0, g0, c0 := mustTicks(t, serverPID), mustTicks(t, gateway.pid), clientCPU()
 			var secs float64
 			if w := direct[name]; w != nil {
 				secs = w(t, f)
 			} else {
-				secs = curlUpload(t, url, f, extra...)
+				secs = curlUpload(t, gateway.url, f, extra...)
 			}
 			cpu[name] = append(cpu[name], [3]time.Duration{
-				mustTicks(t, serverPID) - s0, mustTicks(t, gatewayPID) - g0, clientCPU() - c0})
+				mustTicks(t, serverPID) - s0, mustTicks(t, gateway.pid) - g0, clientCPU() - c0})
 			return secs
 		}})
 	}

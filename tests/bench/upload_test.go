@@ -151,8 +151,8 @@ type uploadTarget struct {
 // server; and the same upload to the gateway with blobs in S3 (without and
 // with expected_hash) against a PutObject of the same bytes straight to the
 // same S3 server; all in interleaved rounds of one run.
-// COMFYGATE_BENCH_BASE_BIN adds the embedded gateway of another binary
-// (the main branch's) as a target, for a same-run comparison;
+// COMFYGATE_BENCH_BASE_BIN adds the embedded and S3 gateways of another
+// binary (the main branch's) as targets, for a same-run comparison;
 // COMFYGATE_BENCH_TARGETS (comma-separated names) keeps only those targets.
 //
 //	COMFYGATE_BENCH=1 go test -count=1 -v -run TestBenchUploadThroughput ./tests/bench/
@@ -185,7 +185,8 @@ func TestBenchUploadThroughput(t *testing.T) {
 	ratios := [][2]string{{"embedded", "dd"}, {"postgres", "dd"}, {"embedded", "naive"}, {"postgres", "naive"},
 		{"embedded", "embedded@base"}, {"s3 gateway", "s3 direct"}, {"s3 gateway (expected_hash)", "s3 direct"},
 		{"s3 gateway", "s3 minio-go PutObject"}, {"s3 gateway (expected_hash)", "s3 minio-go PutObject"},
-		{"s3 gateway (expected_hash)", "s3 minio-go one PUT"}}
+		{"s3 gateway (expected_hash)", "s3 minio-go one PUT"},
+		{"s3 gateway", "s3 gateway@base"}, {"s3 gateway (expected_hash)", "s3 gateway (expected_hash)@base"}}
 
 	mbps := map[string][]float64{}
 	ratio := map[[2]string][]float64{}
