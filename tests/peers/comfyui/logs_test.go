@@ -40,6 +40,21 @@ func TestLogAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.CloseNow()
+	// The socket is registered under its client id just before the first
+	// status message; a flush before that would unsubscribe c1 as one
+	// without a socket (as ComfyUI does), so wait for it as clients do.
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(data, &m) == nil && m.Type == "status" {
+			break
+		}
+	}
 	if st, body := call(http.MethodPatch, "/internal/logs/subscribe", `{"clientId": "c1", "enabled": true}`); st != 200 || len(body) != 0 {
 		t.Fatalf("subscribe = %d %q", st, body)
 	}
