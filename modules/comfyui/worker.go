@@ -380,18 +380,7 @@ func (w *worker) awaitStatus(ctx context.Context, conn *websocket.Conn) error {
 		if err != nil {
 			return err
 		}
-		if typ != websocket.MessageText {
-			continue
-		}
-		var msg struct {
-			Type string          `json:"type"`
-			Data json.RawMessage `json:"data"`
-		}
-		if json.Unmarshal(data, &msg) != nil {
-			continue
-		}
-		w.routeText(msg.Type, msg.Data)
-		if msg.Type == "status" {
+		if w.route(typ, data) == "status" {
 			return nil
 		}
 	}
@@ -413,19 +402,26 @@ func (w *worker) readLoop(ctx context.Context, conn *websocket.Conn) error {
 			return err
 		}
 		w.markOK()
-		if typ == websocket.MessageBinary {
-			w.routeBinary(data)
-			continue
-		}
-		var msg struct {
-			Type string          `json:"type"`
-			Data json.RawMessage `json:"data"`
-		}
-		if json.Unmarshal(data, &msg) != nil {
-			continue
-		}
-		w.routeText(msg.Type, msg.Data)
+		w.route(typ, data)
 	}
+}
+
+// route hands one frame to the attempts it concerns and returns a text
+// message's type ("" for a binary frame or one that is not JSON).
+func (w *worker) route(typ websocket.MessageType, data []byte) string {
+	if typ == websocket.MessageBinary {
+		w.routeBinary(data)
+		return ""
+	}
+	var msg struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	if json.Unmarshal(data, &msg) != nil {
+		return ""
+	}
+	w.routeText(msg.Type, msg.Data)
+	return msg.Type
 }
 
 func (w *worker) routeText(typ string, data json.RawMessage) {

@@ -312,10 +312,11 @@ func (s *Store) ReclaimExpired(ctx context.Context, now time.Time, maxAttempts i
 func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, limit int) ([]storage.Job, error) {
 	t := formatTime(now)
 	var jobs []storage.Job
+	var err error
 	for limit > 0 {
 		n := min(limit, expireChunk)
 		var chunk []storage.Job
-		err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
 			var err error
 			chunk, err = queryJobs(ctx, tx, `UPDATE jobs SET status = 'expired', completed_at = ?,
 					lease_owner = NULL, lease_expires_at = NULL
@@ -337,8 +338,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 			return nil
 		})
 		if err != nil {
-			storage.SortJobs(jobs)
-			return jobs, err // the chunks before it are expired: the caller announces them
+			break // the chunks before it are expired: the caller announces them
 		}
 		jobs = append(jobs, chunk...)
 		if len(chunk) < n {
@@ -347,7 +347,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now, runningBefore time.Time, li
 		limit -= n
 	}
 	storage.SortJobs(jobs)
-	return jobs, nil
+	return jobs, err
 }
 
 // expireChunk is how many jobs ExpireJobs expires in one write
