@@ -1,5 +1,6 @@
 // Package ingest parses the multipart body of POST /api/v2/assets into a
-// blob upload, streaming the file part straight into the blob store.
+// blob upload, streaming the file part straight into the blob store
+// wherever it comes among the parts.
 //
 // It does not use http.Request.ParseMultipartForm or mime/multipart's form
 // spooling: those buffer parts in memory or temp files and read the socket
@@ -59,10 +60,15 @@ const (
 	partExpiresIn    = "expires_in"
 )
 
-// Parse reads a multipart/form-data upload body. Parts are handled in order:
-// content_type and file_path must precede file, so that a bad request is
-// refused before its bytes are stored. Errors are *apierr.Error, except a
-// failure to read the body (client gone, context canceled), which is returned
+// Parse reads a multipart/form-data upload body. The contract sets no order
+// on the parts and clients send either, so Parse takes them as they come:
+// each metadata part is validated when it arrives (metadata sent before the
+// file is refused before any byte is stored), the file part streams into a
+// blob upload whether or not the metadata has been seen, and the parts the
+// contract requires are checked once the body has ended. A refusal found
+// after the file (a bad or missing metadata part, an expected_hash the bytes
+// do not have) aborts the upload. Errors are *apierr.Error, except a failure
+// to read the body (client gone, context canceled), which is returned
 // wrapped for the caller to map. On any error no temp file remains. On
 // success the caller owns Request.Upload.
 func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs blob.Store, lim Limits) (req *Request, err error) {
@@ -97,9 +103,6 @@ func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs 
 		}
 		seen[name] = true
 		if name == partFile {
-			if !seen[partContentType] || !seen[partFilePath] {
-				return nil, apierr.Validation("content_type and file_path must be sent before the file part")
-			}
 			if err := receiveFile(ctx, parsed, part, br, blobs, lim.MaxBytes); err != nil {
 				return nil, err
 			}
@@ -113,13 +116,8 @@ func Parse(ctx context.Context, body io.Reader, contentTypeHeader string, blobs 
 			return nil, err
 		}
 	}
-	if !seen[partFile] {
-		for _, name := range []string{partContentType, partFilePath} {
-			if !seen[name] {
-				return nil, apierr.Validation(name + " is required")
-			}
-		}
-		return nil, apierr.Validation("the file part is required")
+	if err := checkRequired(seen); err != nil {
+		return nil, err
 	}
 	parsed.Hash, parsed.Size, err = parsed.Upload.Finish()
 	if err != nil {
@@ -144,6 +142,19 @@ func multipartBoundary(header string) (string, error) {
 	return boundary, nil
 }
 
+// checkRequired names the first required part the body did not have.
+func checkRequired(seen map[string]bool) error {
+	for _, name := range []string{partContentType, partFilePath} {
+		if !seen[name] {
+			return apierr.Validation(name + " is required")
+		}
+	}
+	if !seen[partFile] {
+		return apierr.Validation("the file part is required")
+	}
+	return nil
+}
+
 // checkPartName refuses unknown parts and repeats of single-valued ones.
 func checkPartName(name string, seen map[string]bool) error {
 	switch name {
@@ -163,7 +174,8 @@ func checkPartName(name string, seen map[string]bool) error {
 // receiveFile streams the file part into a new blob upload.
 func receiveFile(ctx context.Context, req *Request, part *multipart.Part, br *bodyReader, blobs blob.Store, limit int64) error {
 	// An expected_hash sent before the file lets the store stream the
-	// bytes toward their address at once (the SDKs send it there).
+	// bytes toward their address at once (the SDKs send it there); one
+	// sent after it is only compared with the computed hash, in Parse.
 	up, err := blobs.NewUpload(ctx, req.ExpectedHash)
 	if err != nil {
 		return apierr.Upstream(err)
