@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/modules/nativeapi"
 	"github.com/comfygate/comfygate/modules/principal"
@@ -52,6 +53,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision reaches the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "comfy_native"); err != nil {
+		return err
+	}
 	app, err := ctx.App("comfygate")
 	if err != nil {
 		return fmt.Errorf("comfy_native: %w", err)

@@ -78,6 +78,27 @@ func IDFromPath(path string) (id, mount, rest string, ok bool) {
 	return id, PathPrefix + id, rest, true
 }
 
+// Resolve names the deployment a request addresses from its host and path:
+// the host's label under one of the domains, or else the /deployment/{id}
+// path prefix. A host-addressed request may also carry its own prefix
+// (/deployment/{id} with the host's id), which is then mount, to be
+// stripped; a prefix naming another deployment than the host contradicts
+// it, and ok is false, as it is when neither names one. mount is "" when
+// the path has no prefix.
+func (ds Domains) Resolve(host, path string) (id, mount string, ok bool) {
+	hostID, byHost := ds.IDFromHost(host)
+	pathID, mount, _, byPath := IDFromPath(path)
+	switch {
+	case byHost && byPath && pathID != hostID:
+		return "", "", false
+	case byHost:
+		return hostID, mount, true
+	case byPath:
+		return pathID, mount, true
+	}
+	return "", "", false
+}
+
 // NotFound is the answer for a deployment that does not exist, is not the
 // caller's, or is not named at all: deliberately one answer.
 func NotFound() *apierr.Error { return apierr.NotFound("no such deployment") }

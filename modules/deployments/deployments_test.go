@@ -65,6 +65,38 @@ func TestIDFromPath(t *testing.T) {
 	}
 }
 
+// TestResolve: the host names the deployment, else the path prefix; a
+// host-addressed request may repeat its own id as a prefix (stripped as
+// the mount) but not name another deployment there.
+func TestResolve(t *testing.T) {
+	ds := NewDomains([]string{"run.example.com"})
+	cases := []struct {
+		name, host, path, id, mount string
+		ok                          bool
+	}{
+		{"host", "dep-a.run.example.com", "/api/v2/jobs", "dep-a", "", true},
+		{"host with port", "dep-a.run.example.com:8443", "/api/v2/jobs", "dep-a", "", true},
+		{"prefix", "127.0.0.1:8080", "/deployment/dep-b/api/v2/jobs", "dep-b", "/deployment/dep-b", true},
+		{"prefix on another host", "api.example.com", "/deployment/dep-b/api/v2/jobs", "dep-b", "/deployment/dep-b", true},
+		{"host and its own prefix", "dep-a.run.example.com", "/deployment/dep-a/api/v2/jobs", "dep-a", "/deployment/dep-a", true},
+		{"host in capitals and its own prefix", "DEP-A.run.example.com", "/deployment/dep-a/api/v2/jobs", "dep-a", "/deployment/dep-a", true},
+		{"host and another prefix", "dep-a.run.example.com", "/deployment/dep-b/api/v2/jobs", "", "", false},
+		{"host and another prefix, nothing after", "dep-a.run.example.com", "/deployment/dep-b", "", "", false},
+		{"host and an empty prefix", "dep-a.run.example.com", "/deployment//api/v2/jobs", "", "", false},
+		{"host and a prefix in capitals", "dep-a.run.example.com", "/deployment/DEP-A/api/v2/jobs", "", "", false},
+		{"host and a look-alike path", "dep-a.run.example.com", "/deploymentx/dep-b/api/v2/jobs", "dep-a", "", true},
+		{"neither", "api.example.com", "/api/v2/jobs", "", "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id, mount, ok := ds.Resolve(c.host, c.path)
+			if id != c.id || mount != c.mount || ok != c.ok {
+				t.Errorf("Resolve(%q, %q) = %q %q %v; want %q %q %v", c.host, c.path, id, mount, ok, c.id, c.mount, c.ok)
+			}
+		})
+	}
+}
+
 func code(err error) string {
 	if err == nil {
 		return ""

@@ -31,7 +31,7 @@ type Scope struct {
 	Deployment storage.Deployment
 	Found      bool
 	// Mount is the path prefix the request came under (/deployment/{id}),
-	// or "" for host addressing. Links keep it.
+	// or "" when it had none (host addressing). Links keep it.
 	Mount string
 	// PoolReady reports whether the deployment's pool exists in this
 	// configuration and has a healthy worker.

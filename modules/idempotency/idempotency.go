@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/modules/httpx"
 	"github.com/comfygate/comfygate/modules/idem"
@@ -44,6 +45,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision reaches the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "idempotency"); err != nil {
+		return err
+	}
 	if h.TTL == 0 {
 		h.TTL = caddy.Duration(idem.DefaultTTL)
 	}
