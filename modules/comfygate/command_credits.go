@@ -33,7 +33,7 @@ given config.
            finished, credits charged; --csv prints CSV with a header
 
 --since takes an RFC 3339 time, a date (2006-01-02) or a duration ago (24h).
-`,
+` + storageHelp,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().StringP("config", "c", "", "Configuration file naming the storage")
 			cmd.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
