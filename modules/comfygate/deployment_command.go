@@ -41,7 +41,7 @@ storage named by the comfygate global option of the given config.
            its jobs and assets stay until their retention
 
 Every change is durable before the command returns. --json prints JSON.
-`,
+` + storageHelp,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().StringP("config", "c", "", "Configuration file naming the storage")
 			cmd.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
