@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestBlurStopsWhenCanceled: a blur, whose cost grows with radius², checks
+// TestBlurStopsWhenCanceled: a blur, whose cost grows with the radius, checks
 // the context inside the node rather than only between nodes.
 func TestBlurStopsWhenCanceled(t *testing.T) {
 	im := &Image{B: 1, H: 64, W: 64, C: 3, Pix: make([]float32, 64*64*3)}

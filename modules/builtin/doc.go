@@ -24,9 +24,11 @@
 //     by 1 where it sits on a truncation boundary.
 //   - lanczos: an emulation of Pillow's 8-bit fixed-point resampler; should
 //     match, not verified against Pillow.
-//   - ImageBlur: the same kernel as ComfyUI, but the convolution accumulates
-//     in float64 (torch's conv2d order is unknowable), and exp comes from
-//     Go's math; differences are float32 rounding.
+//   - ImageBlur: the same kernel as ComfyUI, applied as a row pass then a
+//     column pass with 1D weights whose outer product is ComfyUI's 2D kernel
+//     up to float32 rounding, accumulated in float64 (torch's conv2d order
+//     is unknowable), and exp comes from Go's math; differences are float32
+//     rounding.
 //   - ImageBlend with image2 of another size: the bicubic resize above.
 //   - JPEG: Go's decoder (its IDCT, no "fancy" chroma upsampling) differs
 //     from libjpeg-turbo's by a few levels per pixel.

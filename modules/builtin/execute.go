@@ -87,6 +87,19 @@ func Execute(ctx context.Context, prompt map[string]Node, env Env) error {
 		return err
 	}
 	r := &run{prompt: prompt, env: env, results: make(map[string][]any, len(order)), counters: map[string]int{}}
+	return r.all(ctx, order)
+}
+
+// all runs the nodes of order, one after the other. A node's outputs are
+// dropped once the last node that reads them has run, so a chain of nodes
+// holds two images at a time rather than one per node.
+func (r *run) all(ctx context.Context, order []string) error {
+	readers := make(map[string]int, len(order))
+	for _, id := range order {
+		for _, src := range r.sources(id) {
+			readers[src]++
+		}
+	}
 	for i, id := range order {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -94,11 +107,32 @@ func Execute(ctx context.Context, prompt map[string]Node, env Env) error {
 		if err := r.execute(ctx, id); err != nil {
 			return err
 		}
-		if env.OnProgress != nil {
-			env.OnProgress(Progress{NodeID: id, ClassType: prompt[id].ClassType, NodesDone: i + 1, NodesTotal: len(order)})
+		for _, src := range r.sources(id) {
+			if readers[src]--; readers[src] == 0 {
+				delete(r.results, src)
+			}
+		}
+		if readers[id] == 0 {
+			delete(r.results, id)
+		}
+		if r.env.OnProgress != nil {
+			r.env.OnProgress(Progress{NodeID: id, ClassType: r.prompt[id].ClassType, NodesDone: i + 1, NodesTotal: len(order)})
 		}
 	}
 	return nil
+}
+
+// sources lists the nodes whose outputs node id reads, once per link (plan
+// has checked the links).
+func (r *run) sources(id string) []string {
+	n := r.prompt[id]
+	var srcs []string
+	for _, in := range catalog[n.ClassType].required {
+		if src, _, isLink, err := parseLink(n.Inputs[in.name]); isLink && err == nil {
+			srcs = append(srcs, src)
+		}
+	}
+	return srcs
 }
 
 // plan returns the ids of the output nodes and their ancestors in an order

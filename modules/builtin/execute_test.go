@@ -130,6 +130,52 @@ func TestExecuteRunsSharedNodesOnce(t *testing.T) {
 	}
 }
 
+// TestExecuteDropsOutputsAfterLastReader: a node's outputs are kept exactly
+// until the last node that links to them has run (a chain of big images
+// must not hold one image per node), links read twice by one node included.
+func TestExecuteDropsOutputsAfterLastReader(t *testing.T) {
+	prompt := decodePrompt(t, `{
+	 "1": {"class_type": "EmptyImage", "inputs": {"width": 4, "height": 4, "batch_size": 1, "color": 255}},
+	 "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
+	 "3": {"class_type": "ImageInvert", "inputs": {"image": ["2", 0]}},
+	 "4": {"class_type": "ImageBlend", "inputs": {"image1": ["3", 0], "image2": ["1", 0], "blend_factor": 0.5, "blend_mode": "normal"}},
+	 "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "a"}},
+	 "6": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+	 "7": {"class_type": "ImageBlend", "inputs": {"image1": ["1", 0], "image2": ["1", 0], "blend_factor": 0.5, "blend_mode": "multiply"}},
+	 "8": {"class_type": "SaveImage", "inputs": {"images": ["7", 0], "filename_prefix": "b"}}
+	}`)
+	order, err := plan(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{prompt: prompt, results: map[string][]any{}, counters: map[string]int{}}
+	held := map[string][]string{}
+	r.env.OnOutput = func(context.Context, Output) error { return nil }
+	r.env.OnProgress = func(p Progress) {
+		ids := []string{}
+		for id := range r.results {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		held[p.NodeID] = ids
+	}
+	if err := r.all(context.Background(), order); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"1": {"1"}, "2": {"1", "2"}, "3": {"1", "2", "3"}, "4": {"1", "2", "4"},
+		"5": {"1", "2"}, "6": {"1"}, "7": {"7"}, "8": {},
+	}
+	if !slices.Equal(order, []string{"1", "2", "3", "4", "5", "6", "7", "8"}) {
+		t.Fatalf("order %v", order)
+	}
+	for _, id := range order {
+		if !slices.Equal(held[id], want[id]) {
+			t.Errorf("after node %s the run holds the outputs of %v, want %v", id, held[id], want[id])
+		}
+	}
+}
+
 func TestExecuteCancellationBetweenNodes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
