@@ -111,6 +111,7 @@ func blur(ctx context.Context, im *Image, radius int, sigma float64) (*Image, er
 		return im, nil
 	}
 	if radius >= im.H || radius >= im.W {
+		//lint:ignore ST1005 torch's own message, word for word: clients match ComfyUI's errors
 		return nil, fmt.Errorf("Padding size should be less than the corresponding input dimension, but got: padding (%d, %d) at dimension 3 of input %v", radius, radius, []int{im.B, im.C, im.H, im.W})
 	}
 	p := newBlurPlan(radius, sigma, im.H, im.W, im.C)

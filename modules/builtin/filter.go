@@ -43,6 +43,7 @@ func blend(im1, im2 *Image, factor float64, mode string) (*Image, error) {
 		}
 	}
 	if im1.B != im2.B && im1.B != 1 && im2.B != 1 {
+		//lint:ignore ST1005 torch's own message, word for word: clients match ComfyUI's errors
 		return nil, fmt.Errorf("The size of tensor a (%d) must match the size of tensor b (%d) at non-singleton dimension 0", im1.B, im2.B)
 	}
 	out, err := newImage(max(im1.B, im2.B), im1.H, im1.W)

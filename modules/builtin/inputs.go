@@ -25,6 +25,7 @@ type nodeCall struct {
 func (c *nodeCall) raw(name string) (any, error) {
 	v, ok := c.node.Inputs[name]
 	if !ok || v == nil {
+		//lint:ignore ST1005 ComfyUI's own message, word for word: clients match it
 		return nil, fmt.Errorf("Required input is missing: %s", name)
 	}
 	src, slot, isLink, err := parseLink(v)
@@ -191,6 +192,7 @@ func (c *nodeCall) comboValue(name string) (string, error) {
 	s, ok := v.(string)
 	in := c.spec(name)
 	if !ok || !slices.Contains(in.options, s) {
+		//lint:ignore ST1005 ComfyUI's own message, word for word: clients match it
 		return "", fmt.Errorf("Value not in list: %s: '%v' not in %q", name, v, in.options)
 	}
 	return s, nil

@@ -129,7 +129,7 @@ func resizeLanczos(im *Image, w, h int) *Image {
 			plane, pw, ph = resample8(plane, pw, ph, horiz, true)
 		}
 		if h != ph {
-			plane, pw, ph = resample8(plane, pw, ph, vert, false)
+			plane, _, _ = resample8(plane, pw, ph, vert, false)
 		}
 		dst := out.frame(b)
 		for i, v := range plane {

@@ -29,6 +29,7 @@ func runLoadImage(c *nodeCall) ([]any, error) {
 	}
 	rc, err := c.run.env.OpenInput(c.ctx, name)
 	if err != nil {
+		//lint:ignore ST1005 ComfyUI's own message, word for word: clients match it
 		return nil, fmt.Errorf("Invalid image file: %s: %w", name, err)
 	}
 	defer rc.Close()

@@ -71,6 +71,7 @@ func runImageScaleBy(c *nodeCall) ([]any, error) {
 // False, no antialiasing) or Pillow's LANCZOS on 8-bit data.
 func commonUpscale(im *Image, w, h int, method string, centerCrop bool) (*Image, error) {
 	if w <= 0 || h <= 0 {
+		//lint:ignore ST1005 torch's own message, word for word: clients match ComfyUI's errors
 		return nil, fmt.Errorf("Input and output sizes should be greater than 0, but got output (H: %d, W: %d)", h, w)
 	}
 	if int64(im.B)*int64(w)*int64(h) > maxTensorPixels {

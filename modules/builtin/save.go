@@ -107,6 +107,7 @@ func expandPrefixVars(p string, w, h int, now time.Time) string {
 func splitPrefix(p string) (subfolder, base string, err error) {
 	clean := path.Clean(strings.ReplaceAll(p, "\\", "/"))
 	if path.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
+		//lint:ignore ST1005 ComfyUI's own message, word for word: clients match it
 		return "", "", fmt.Errorf("Saving image outside the output folder is not allowed: %q", p)
 	}
 	subfolder, base = path.Split(clean)

@@ -35,9 +35,6 @@ type Pool struct {
 	wg        sync.WaitGroup
 
 	mu sync.Mutex
-	// changed is closed and replaced whenever a worker's health, catalog or
-	// free slots change.
-	changed chan struct{}
 
 	// smu guards waiters: the Execute calls waiting for a worker, in
 	// arrival order (see sched.go).
@@ -73,7 +70,7 @@ func New(cfg Config, logger *zap.Logger) (*Pool, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
+	p := &Pool{cfg: cfg, logger: logger, ctx: ctx, cancel: cancel,
 		dials: rate.NewLimiter(dialRate, dialBurst), index: newSchedIndex(), resolved: make(chan struct{})}
 	p.pending.Store(int64(len(cfg.DNS)))
 	if len(cfg.DNS) == 0 {
@@ -173,21 +170,9 @@ func (p *Pool) Workers() []WorkerState {
 	return states
 }
 
-// notify wakes everything waiting for a change of the pool's state and
-// hands free workers to waiting Execute calls.
-func (p *Pool) notify() {
-	p.mu.Lock()
-	close(p.changed)
-	p.changed = make(chan struct{})
-	p.mu.Unlock()
-	p.schedule()
-}
-
-func (p *Pool) changes() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changed
-}
+// notify hands free workers to waiting Execute calls after a change of a
+// worker's health, catalog or free slots.
+func (p *Pool) notify() { p.schedule() }
 
 // errNoCatalog is what Catalog answers while no worker has answered: 503
 // service_unavailable with a Retry-After, so clients retry the submission.

@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -146,12 +148,8 @@ type comfyError struct {
 // invalid_workflow, carrying the first node error (in node id order) or,
 // without node errors, the top-level error.
 func validationError(ans promptAnswer) *jobs.NodeError {
-	ids := make([]string, 0, len(ans.NodeErrors))
-	for id := range ans.NodeErrors {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	if len(ans.NodeErrors) > 0 {
+		id := slices.Min(slices.Collect(maps.Keys(ans.NodeErrors)))
 		ne := ans.NodeErrors[id]
 		msg := "the worker refused the workflow"
 		if len(ne.Errors) > 0 {

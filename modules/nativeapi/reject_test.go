@@ -40,46 +40,46 @@ func TestReject(t *testing.T) {
 		`"2":{"class_type":"ImageInvert","inputs":{"image":["1",0]}},` +
 		`"3":{"class_type":"SaveImage","inputs":{"images":["2",0],"filename_prefix":"p"}},` +
 		`"4":{"class_type":"PreviewImage","inputs":{"images":["2",0]}}}`
-	validate := func(prompt string) (error, workflow.Graph) {
+	validate := func(prompt string) (workflow.Graph, error) {
 		g := graph(t, prompt)
-		return workflow.Validate(g, cat), g
+		return g, workflow.Validate(g, cat)
 	}
 	tests := []struct {
 		name       string
-		err        func() (error, workflow.Graph)
+		err        func() (workflow.Graph, error)
 		status     int
 		typ        string
 		nodeErrors string // JSON of node_errors, or "" to skip
 	}{
 		{
 			name:   "an input missing: every dependent output is named",
-			err:    func() (error, workflow.Graph) { return validate(chain) },
+			err:    func() (workflow.Graph, error) { return validate(chain) },
 			status: 400, typ: "prompt_outputs_failed_validation",
 			nodeErrors: `{"2":{"errors":[{"type":"required_input_missing","message":"Required input is missing",` +
 				`"details":"image","extra_info":{"input_name":"image"}}],"dependent_outputs":["3","4"],"class_type":"ImageInvert"}}`,
 		},
 		{
 			name: "an unknown class is reported alone, as ComfyUI stops at it",
-			err: func() (error, workflow.Graph) {
+			err: func() (workflow.Graph, error) {
 				return validate(`{"1":{"class_type":"NoSuchNode","inputs":{}},"2":{"class_type":"ImageInvert","inputs":{}}}`)
 			},
 			status: 400, typ: "missing_node_type", nodeErrors: `{}`,
 		},
 		{
 			name:   "a node without class_type",
-			err:    func() (error, workflow.Graph) { return validate(`{"1":{"inputs":{}}}`) },
+			err:    func() (workflow.Graph, error) { return validate(`{"1":{"inputs":{}}}`) },
 			status: 400, typ: "invalid_prompt", nodeErrors: `{}`,
 		},
 		{
 			name: "no output node",
-			err: func() (error, workflow.Graph) {
+			err: func() (workflow.Graph, error) {
 				return validate(`{"1":{"class_type":"EmptyImage","inputs":{"width":8,"height":8,"batch_size":1,"color":0}}}`)
 			},
 			status: 400, typ: "prompt_no_outputs", nodeErrors: `[]`,
 		},
 		{
 			name: "a value out of range",
-			err: func() (error, workflow.Graph) {
+			err: func() (workflow.Graph, error) {
 				return validate(`{"1":{"class_type":"EmptyImage","inputs":{"width":0,"height":8,"batch_size":1,"color":0}},` +
 					`"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`)
 			},
@@ -87,12 +87,12 @@ func TestReject(t *testing.T) {
 		},
 		{
 			name: "a file name that is not the caller's asset fails as LoadImage's own validation",
-			err: func() (error, workflow.Graph) {
-				return apierr.New(http.StatusUnprocessableEntity, "missing_asset", "m").WithDetails(map[string]any{
+			err: func() (workflow.Graph, error) {
+				return graph(t, linked), apierr.New(http.StatusUnprocessableEntity, "missing_asset", "m").WithDetails(map[string]any{
 					"missing": []string{"x.png"},
 					"node_errors": map[string][]map[string]string{"1": {{"field": "image", "reason": "missing_asset",
 						"message": `"x.png" is not one of your assets`}}},
-				}), graph(t, linked)
+				})
 			},
 			status: 400, typ: "prompt_outputs_failed_validation",
 			nodeErrors: `{"1":{"errors":[{"type":"custom_validation_failed","message":"Custom validation failed for node",` +
@@ -101,30 +101,30 @@ func TestReject(t *testing.T) {
 		},
 		{
 			name: "a UI-format workflow",
-			err: func() (error, workflow.Graph) {
+			err: func() (workflow.Graph, error) {
 				_, err := workflow.ParseSubmit([]byte(`{"workflow":{"nodes":[],"links":[]}}`), workflow.Limits{})
-				return err, nil
+				return nil, err
 			},
 			status: 400, typ: "invalid_prompt", nodeErrors: `{}`,
 		},
 		{
 			name: "a full queue keeps its status and Retry-After",
-			err: func() (error, workflow.Graph) {
-				return apierr.New(http.StatusTooManyRequests, "queue_full", "full").WithRetryAfter(2), nil
+			err: func() (workflow.Graph, error) {
+				return nil, apierr.New(http.StatusTooManyRequests, "queue_full", "full").WithRetryAfter(2)
 			},
 			status: 429, typ: "queue_full",
 		},
 		{
 			name: "no worker answers yet",
-			err: func() (error, workflow.Graph) {
-				return apierr.New(http.StatusServiceUnavailable, "service_unavailable", "later").WithRetryAfter(5), nil
+			err: func() (workflow.Graph, error) {
+				return nil, apierr.New(http.StatusServiceUnavailable, "service_unavailable", "later").WithRetryAfter(5)
 			},
 			status: 503, typ: "service_unavailable",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err, g := tc.err()
+			g, err := tc.err()
 			r, ok := Reject(err, g, cat)
 			if !ok {
 				t.Fatalf("Reject(%v) declined", err)

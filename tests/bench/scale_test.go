@@ -434,8 +434,6 @@ func measureReaper(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
 	return r
 }
 
-// quietCPU waits for the machine to settle between phases.
-func quietCPU(t *testing.T) { quiet(t) }
 
 func sizes(env, def string) []int {
 	v := os.Getenv(env)
