@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
-	"github.com/comfygate/comfygate/modules/version"
+	"github.com/comfygate/comfygate/internal/version"
 )
 
 // refused are Caddy's commands that download a stock Caddy build from

@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/comfygate/comfygate/modules/handlerorder"
+	"github.com/comfygate/comfygate/internal/handlerorder"
 )
 
 // RequireBefore refuses a configuration in which a handler named handler

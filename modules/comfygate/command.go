@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apikey"
+	"github.com/comfygate/comfygate/internal/apikey"
 )
 
 func init() {

@@ -9,7 +9,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/comfygate/comfygate/modules/credits"
+	"github.com/comfygate/comfygate/internal/credits"
 )
 
 func init() {

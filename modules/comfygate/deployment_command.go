@@ -13,7 +13,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/storage"
 )
 

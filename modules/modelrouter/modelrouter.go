@@ -21,10 +21,10 @@ import (
 
 	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/router/calls"
-	"github.com/comfygate/comfygate/modules/router/catalog"
-	"github.com/comfygate/comfygate/modules/router/limits"
-	"github.com/comfygate/comfygate/modules/router/provider"
+	"github.com/comfygate/comfygate/internal/router/calls"
+	"github.com/comfygate/comfygate/internal/router/catalog"
+	"github.com/comfygate/comfygate/internal/router/limits"
+	"github.com/comfygate/comfygate/internal/router/provider"
 )
 
 func init() {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/comfygate/comfygate/modules/apikey"
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/apikey"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/embedded"
 	"github.com/comfygate/comfygate/storage/pgtest"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/comfygate/comfygate/modules/version"
+	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 

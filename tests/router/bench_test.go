@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/tests/gateway"
 	"github.com/comfygate/comfygate/tests/peers/partner"

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/builtin"
+	"github.com/comfygate/comfygate/internal/builtin"
 )
 
 // fakeClasses are the peer's own nodes, next to the built-in image nodes.
