@@ -18,10 +18,10 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/apikey"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/jwtauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {
