@@ -246,8 +246,11 @@ func TestBenchSubmitThroughput(t *testing.T) {
 		ratiosHTTP = append(ratiosHTTP, got["gateway (net/http client)"]/got["bare insert"])
 		ratiosTx = append(ratiosTx, got["gateway"]/got["bare create tx"])
 		ratiosBase = append(ratiosBase, got["gateway@base"]/got["bare insert"])
-		t.Logf("round %d: gateway %.0f (net/http client %.0f), bare insert %.0f, bare create tx %.0f, gateway@base %.0f per s", r+1,
-			got["gateway"], got["gateway (net/http client)"], got["bare insert"], got["bare create tx"], got["gateway@base"])
+		var line strings.Builder
+		for _, name := range targets {
+			fmt.Fprintf(&line, ", %s %.0f/s", name, got[name])
+		}
+		t.Logf("round %d%s", r+1, line.String())
 	}
 	var queued int
 	pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'queued'`).Scan(&queued)
