@@ -76,6 +76,12 @@ type Config struct {
 	PathStyle bool
 	// PresignTTL, when positive, is how long presigned GET URLs are valid.
 	PresignTTL time.Duration
+	// PublicEndpoint, when set, is the base URL at which clients reach the
+	// store (https://host[:port]), for a store that the gateway reaches at
+	// an address clients cannot: presigned URLs name it instead of
+	// Endpoint. The signature covers the host, so whatever answers there
+	// must hand requests to the store with that Host header unchanged.
+	PublicEndpoint string
 	// PartSize is the multipart part size. Default DefaultPartSize.
 	PartSize int64
 	// Timeout is how long a request may make no progress (no byte sent or
@@ -97,6 +103,7 @@ func MaxObjectSize(partSize int64) int64 {
 // Store is a blob.Store on an S3 bucket. It is safe for concurrent use.
 type Store struct {
 	core       minio.Core
+	signer     *minio.Client // presigns; on PublicEndpoint when set
 	bucket     string
 	prefix     string
 	partSize   int64
@@ -105,9 +112,9 @@ type Store struct {
 
 // New returns a store for cfg. It does no I/O.
 func New(cfg Config) (*Store, error) {
-	u, err := url.Parse(cfg.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("s3blob: endpoint %q must be http(s)://host[:port]", cfg.Endpoint)
+	u, err := parseEndpoint("endpoint", cfg.Endpoint)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Bucket == "" {
 		return nil, errors.New("s3blob: a bucket is required")
@@ -157,13 +164,42 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3blob: %w", err)
 	}
+	signer := client
+	if cfg.PublicEndpoint != "" {
+		pub, err := parseEndpoint("public endpoint", cfg.PublicEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		// A client that only presigns: with the region given it never
+		// connects, so it needs no transport of its own.
+		signer, err = minio.New(pub.Host, &minio.Options{
+			Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+			Secure:       pub.Scheme == "https",
+			Region:       cfg.Region,
+			BucketLookup: lookup,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("s3blob: public endpoint: %w", err)
+		}
+	}
 	return &Store{
 		core:       minio.Core{Client: client},
+		signer:     signer,
 		bucket:     cfg.Bucket,
 		prefix:     cfg.Prefix,
 		partSize:   cfg.PartSize,
 		presignTTL: cfg.PresignTTL,
 	}, nil
+}
+
+// parseEndpoint checks that raw is http(s)://host[:port] and parses it.
+func parseEndpoint(what, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("s3blob: %s %q must be http(s)://host[:port]", what, raw)
+	}
+	return u, nil
 }
 
 // objectKey validates hash and returns its object's key.
@@ -246,7 +282,7 @@ func (s *Store) PresignGet(hash, contentType string) (string, time.Time, error) 
 		params.Set("response-content-type", contentType)
 	}
 	// With the region known this is local computation; ctx is unused.
-	u, err := s.core.PresignedGetObject(context.Background(), s.bucket, key, s.presignTTL, params)
+	u, err := s.signer.PresignedGetObject(context.Background(), s.bucket, key, s.presignTTL, params)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("s3blob: presign %s: %w", hash, err)
 	}

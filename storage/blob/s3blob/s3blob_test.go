@@ -39,3 +39,24 @@ func TestConformance(t *testing.T) {
 		}
 	})
 }
+
+// putBytes stores data through an upload and returns its address.
+func putBytes(t *testing.T, s *s3blob.Store, data []byte) string {
+	t.Helper()
+	u, err := s.NewUpload(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Abort()
+	if _, err := u.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	hash, _, err := u.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Publish(); err != nil {
+		t.Fatal(err)
+	}
+	return hash
+}
