@@ -62,7 +62,7 @@ func TestS3Faults(t *testing.T) {
 			defer close(stopped)
 			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {
-				if keys := bucket.Keys(t, "tmp/"); len(keys) > 0 {
+				if keys := bucket.Keys(t, "blobs/"); len(keys) > 0 {
 					srv.Stop(t)
 					return
 				}
@@ -98,7 +98,7 @@ func TestS3Faults(t *testing.T) {
 		go func() {
 			defer close(gone)
 			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) && len(bucket.Keys(t, "tmp/")) == 0 {
+			for time.Now().Before(deadline) && len(bucket.Keys(t, "blobs/")) == 0 {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}()

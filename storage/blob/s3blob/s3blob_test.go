@@ -3,6 +3,7 @@ package s3blob_test
 import (
 	"testing"
 
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/blob/blobtest"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/s3test"
@@ -40,8 +41,8 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// putBytes stores data through an upload and returns its address.
-func putBytes(t *testing.T, s *s3blob.Store, data []byte) string {
+// putBytes stores data through an upload and returns its object.
+func putBytes(t *testing.T, s *s3blob.Store, data []byte) blob.Ref {
 	t.Helper()
 	u, err := s.NewUpload(t.Context(), "")
 	if err != nil {
@@ -51,12 +52,12 @@ func putBytes(t *testing.T, s *s3blob.Store, data []byte) string {
 	if _, err := u.Write(data); err != nil {
 		t.Fatal(err)
 	}
-	hash, _, err := u.Finish()
+	if _, _, err := u.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := u.Publish(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Publish(); err != nil {
-		t.Fatal(err)
-	}
-	return hash
+	return ref
 }
