@@ -38,6 +38,26 @@ var (
 	ErrAccountQueueFull = fmt.Errorf("storage: account queue full: %w", ErrQueueFull)
 )
 
+// OverdraftError refuses a negative grant (a debit) larger than the
+// account's balance: it is ErrInsufficientCredits (errors.Is) and says
+// what the balance was, so that an operator sees how much can be debited.
+type OverdraftError struct {
+	AccountID string
+	// Balance is the account's balance when the debit was refused (0 for
+	// an account without a ledger).
+	Balance int64
+	// Amount is the refused grant (negative).
+	Amount int64
+}
+
+func (e *OverdraftError) Error() string {
+	return fmt.Sprintf("%v: %s has a balance of %d, a debit of %d would take it below zero",
+		ErrInsufficientCredits, e.AccountID, e.Balance, -e.Amount)
+}
+
+// Unwrap makes the error ErrInsufficientCredits for errors.Is.
+func (e *OverdraftError) Unwrap() error { return ErrInsufficientCredits }
+
 // JobPrice prices a job: CreateJob reserves Reserve credits atomically with
 // the job, and the job's terminal transition settles it (see JobCredits).
 type JobPrice struct {
@@ -145,8 +165,9 @@ type CreditUsage struct {
 type CreditStore interface {
 	// GrantCredits appends a grant of amount (non-zero; negative removes
 	// credits) with a note, creating the account's ledger on first use.
-	// ErrInsufficientCredits when a negative grant would take the balance
-	// below zero.
+	// A negative grant that would take the balance below zero is refused,
+	// writing nothing, with an *OverdraftError (ErrInsufficientCredits)
+	// naming the balance.
 	GrantCredits(ctx context.Context, accountID string, amount int64, note string) (CreditEntry, error)
 	// CreditBalance returns the account's balance: 0 for an account without
 	// a ledger.

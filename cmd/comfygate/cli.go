@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
-	"github.com/comfygate/comfygate/modules/version"
+	"github.com/comfygate/comfygate/internal/version"
 )
 
 // refused are Caddy's commands that download a stock Caddy build from
@@ -29,7 +29,8 @@ checkout, or xcaddy (README, "Build it")`
 
 // newRootCommand is comfygate's command line: every command registered with
 // caddycmd.RegisterCommand — Caddy's own and comfygate's (a package adds its
-// command from init, as modules/comfygate does for api-key) — under a root
+// command from init, as modules/comfygate does for api-key, credits and
+// deployment) — under a root
 // named comfygate, with version and build-info reporting comfygate's build
 // and the refused commands hidden and refusing. Caddy's own root command is
 // not used because nothing outside Caddy's cmd package can change it.
@@ -41,12 +42,16 @@ func newRootCommand() *cobra.Command {
 		Long: `comfygate is a Caddy build with the standard modules and comfygate's own: the
 Comfy API v2 (assets and jobs) and the model router. It runs and is managed
 like Caddy — run, reload, validate, adapt, fmt, list-modules — and adds
-comfygate's commands (api-key). Configuration is a Caddyfile or Caddy JSON;
-see the README for the comfygate directives and the examples in
-caddyfile-examples/.`,
+comfygate's own commands: api-key, credits and deployment manage the API
+keys, credit ledger and serverless deployments in the storage a config
+names, and need what run needs with that config: the same working
+directory and environment (COMFYGATE_POSTGRES_DSN, … in the examples).
+Configuration is a Caddyfile or Caddy JSON; see the README for the comfygate
+directives and the examples in caddyfile-examples/.`,
 		Example: `  $ comfygate run --config caddyfile-examples/self-hosted.Caddyfile
   $ comfygate reload --config /etc/comfygate/Caddyfile
   $ comfygate api-key --config /etc/comfygate/Caddyfile create --account acme
+  $ comfygate credits --config /etc/comfygate/Caddyfile grant acme 100
   $ comfygate list-modules --skip-standard --versions`,
 		// A config that fails to provision should not print every flag.
 		SilenceUsage: true,

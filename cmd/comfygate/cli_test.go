@@ -2,6 +2,10 @@ package main
 
 import (
 	"errors"
+	"reflect"
+	"regexp"
+	"runtime"
+	"strings"
 	"testing"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -63,5 +67,33 @@ func TestExitCode(t *testing.T) {
 	}
 	if got := exitCode(errors.New("cobra: unknown command")); got != 1 {
 		t.Errorf("a plain error exits %d, want 1", got)
+	}
+}
+
+// TestRootHelpNamesComfygateCommands: the root's description names every
+// command that one of comfygate's own packages registers (found by the
+// package of the function the command runs), so that a new command cannot
+// be left out of it again.
+func TestRootHelpNamesComfygateCommands(t *testing.T) {
+	root := newRootCommand()
+	var own []string
+	for name, c := range caddycmd.Commands() {
+		fn := any(c.Func)
+		if c.CobraFunc != nil {
+			fn = c.CobraFunc
+		}
+		pkg := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+		if strings.HasPrefix(pkg, "github.com/comfygate/comfygate/") {
+			own = append(own, name)
+		}
+	}
+	t.Logf("comfygate's own commands: %v", own)
+	if len(own) < 3 {
+		t.Fatalf("comfygate's own commands: %v; the modules are not linked in", own)
+	}
+	for _, name := range own {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).MatchString(root.Long) {
+			t.Errorf("the root's description does not name %s:\n%s", name, root.Long)
+		}
 	}
 }

@@ -3,7 +3,7 @@ package comfyassets
 import (
 	"time"
 
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/storage"
 )
 

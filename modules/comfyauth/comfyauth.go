@@ -16,12 +16,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/apikey"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/apikey"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/deployments"
-	"github.com/comfygate/comfygate/modules/principal"
-	"github.com/comfygate/comfygate/modules/router/jwtauth"
+	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/internal/router/jwtauth"
 )
 
 func init() {

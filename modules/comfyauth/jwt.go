@@ -11,9 +11,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/principal"
-	"github.com/comfygate/comfygate/modules/router/jwtauth"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/internal/router/jwtauth"
 )
 
 // ModeJWT verifies bearer JWTs (the model router's credential).

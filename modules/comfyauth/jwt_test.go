@@ -11,7 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
 )
 
 const testSecret = "comfyauth-jwt-test-secret-0123456789abcdef"

@@ -9,8 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/principal"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/principal"
 )
 
 // TestQueryParam: with query_param, a static token may come in the query

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/comfyui"
-	"github.com/comfygate/comfygate/modules/httpx"
-	"github.com/comfygate/comfygate/modules/jobs"
-	"github.com/comfygate/comfygate/modules/metrics"
-	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/comfyui"
+	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
 

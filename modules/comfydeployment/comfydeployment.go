@@ -20,10 +20,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/deployments"
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -140,9 +140,12 @@ func (h *Handler) Validate() error {
 
 // ServeHTTP resolves the deployment and calls next inside its scope.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	id, mount, ok := h.resolve(r)
+	// The host's label under a base domain, else the path prefix; a
+	// prefix naming another deployment than the host is refused.
+	id, mount, ok := h.domains.Resolve(r.Host, r.URL.Path)
 	if !ok || !storage.ValidDeploymentID(id) {
-		// Nothing is looked up: no deployment can have such an id.
+		// Nothing is looked up: the request names no deployment, two
+		// different ones, or an id no deployment can have.
 		return deployments.NotFound()
 	}
 	if err := h.app.Ready(); err != nil {
@@ -167,16 +170,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	caddyhttp.SetVar(r.Context(), "comfygate.deployment", id)
 	ctx := httpx.WithMount(deployments.WithScope(r.Context(), scope), mount)
 	return next.ServeHTTP(w, r.WithContext(ctx))
-}
-
-// resolve names the deployment: the host's label under a base domain wins;
-// otherwise the path prefix.
-func (h *Handler) resolve(r *http.Request) (id, mount string, ok bool) {
-	if id, ok := h.domains.IDFromHost(r.Host); ok {
-		return id, "", true
-	}
-	id, mount, _, ok = deployments.IDFromPath(r.URL.Path)
-	return id, mount, ok
 }
 
 // stripPrefix removes the mount prefix from the request's path (and its

@@ -20,9 +20,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/assets"
-	"github.com/comfygate/comfygate/modules/metrics"
-	"github.com/comfygate/comfygate/modules/version"
+	"github.com/comfygate/comfygate/internal/assets"
+	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apikey"
+	"github.com/comfygate/comfygate/internal/apikey"
 )
 
 func init() {
@@ -29,7 +29,7 @@ named by the comfygate global option of the given config.
            digest is stored
   revoke   revokes a key by its id (the part after cgk_ and before _)
   list     lists key ids, accounts and states (never secrets)
-`,
+` + storageHelp,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().StringP("config", "c", "", "Configuration file naming the storage")
 			cmd.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
@@ -88,6 +88,17 @@ func cmdAPIKey(fl caddycmd.Flags) (int, error) {
 }
 
 func fail(err error) (int, error) { return 1, err }
+
+// storageHelp ends the help of every command that opens the storage of a
+// config: it opens it as the gateway does, so it needs what run needs.
+const storageHelp = `
+It opens the storage, Redis and blobs the config names, as run does: give it
+the config the gateway runs, from the same working directory (a relative
+embedded storage path is relative to it) and with the same environment (the
+cloud, credits and serverless examples read COMFYGATE_POSTGRES_DSN,
+COMFYGATE_REDIS_URL, COMFYGATE_BLOB_DIR or COMFYGATE_S3_*; an {env.X} that
+is not set is empty). The gateway need not be running.
+`
 
 // openFromFlags loads the config named by --config/--adapter and opens
 // (and migrates) the backends its comfygate app names; the caller closes

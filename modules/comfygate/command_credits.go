@@ -9,7 +9,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/comfygate/comfygate/modules/credits"
+	"github.com/comfygate/comfygate/internal/credits"
 )
 
 func init() {
@@ -23,8 +23,9 @@ Manages the credit ledger (one balance per account, shared by jobs and the
 model router) in the storage named by the comfygate global option of the
 given config.
 
-  grant    adds <amount> whole credits to <account> (negative removes them,
-           never below zero) and prints the new balance
+  grant    adds <amount> whole credits to <account> and prints the new
+           balance; a negative amount (grant acme -3) removes them, and
+           one larger than the balance is refused, naming the balance
   balance  prints the account's balance
   ledger   lists the account's entries (grant, reservation, settlement,
            refund) with the balance after each; --json prints JSON lines
@@ -32,7 +33,7 @@ given config.
            finished, credits charged; --csv prints CSV with a header
 
 --since takes an RFC 3339 time, a date (2006-01-02) or a duration ago (24h).
-`,
+` + storageHelp,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().StringP("config", "c", "", "Configuration file naming the storage")
 			cmd.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
@@ -40,19 +41,43 @@ given config.
 			cmd.Flags().String("since", "", "Only entries or usage since this time")
 			cmd.Flags().Bool("json", false, "ledger: JSON lines")
 			cmd.Flags().Bool("csv", false, "usage: CSV")
-			cmd.Args = cobra.RangeArgs(1, 3)
-			cmd.RunE = caddycmd.WrapCommandFuncForCobra(cmdCredits)
+			// "grant acme -3": the amount is an argument, not flags; the
+			// command parses its own flags (parseWithNegativeNumbers).
+			cmd.DisableFlagParsing = true
+			cmd.RunE = func(cmd *cobra.Command, args []string) error {
+				args, err := parseWithNegativeNumbers(cmd, args)
+				if err != nil {
+					return err
+				}
+				if help, _ := cmd.Flags().GetBool("help"); help {
+					return cmd.Help()
+				}
+				if err := cobra.RangeArgs(1, 3)(cmd, args); err != nil {
+					return err
+				}
+				return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+					return cmdCredits(fl, args)
+				})(cmd, args)
+			}
 		},
 	})
 }
 
-func cmdCredits(fl caddycmd.Flags) (int, error) {
-	action, account := fl.Arg(0), fl.Arg(1)
+// cmdCredits runs a credits action; args are the command's arguments (the
+// action first), parsed by parseWithNegativeNumbers.
+func cmdCredits(fl caddycmd.Flags, args []string) (int, error) {
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	action, account := arg(0), arg(1)
 	wantArgs := map[string]int{"grant": 3, "balance": 2, "ledger": 2, "usage": 1}[action]
 	if wantArgs == 0 {
 		return fail(fmt.Errorf("unknown credits action %q (want grant, balance, ledger or usage)", action))
 	}
-	if fl.NArg() != wantArgs {
+	if len(args) != wantArgs {
 		return fail(fmt.Errorf("credits %s takes %d argument(s)", action, wantArgs-1))
 	}
 	since, err := credits.ParseSince(fl.String("since"), time.Now())
@@ -61,7 +86,7 @@ func cmdCredits(fl caddycmd.Flags) (int, error) {
 	}
 	var amount int64
 	if action == "grant" {
-		if amount, err = credits.ParseAmount(fl.Arg(2)); err != nil {
+		if amount, err = credits.ParseAmount(arg(2)); err != nil {
 			return fail(err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -41,7 +41,7 @@ storage named by the comfygate global option of the given config.
            its jobs and assets stay until their retention
 
 Every change is durable before the command returns. --json prints JSON.
-`,
+` + storageHelp,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.Flags().StringP("config", "c", "", "Configuration file naming the storage")
 			cmd.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")

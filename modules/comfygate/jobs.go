@@ -10,8 +10,8 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/jobs"
-	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/workflow"
 )
 
 // JobsConfig configures job submission and execution.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/comfygate/comfygate/modules/metrics"
+	"github.com/comfygate/comfygate/internal/metrics"
 )
 
 // registerMetrics adds comfygate's series to this configuration's

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 
-	"github.com/comfygate/comfygate/modules/builtin"
+	"github.com/comfygate/comfygate/internal/builtin"
 )
 
 // objectInfoSource is an executor that has its node catalog in ComfyUI's

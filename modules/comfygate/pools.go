@@ -11,9 +11,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/comfyui"
-	"github.com/comfygate/comfygate/modules/credits"
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/comfyui"
+	"github.com/comfygate/comfygate/internal/credits"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/jobs"
 )
 
 // ReaperConfig bounds the retention sweeps: expiring jobs past their

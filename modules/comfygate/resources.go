@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/bus"

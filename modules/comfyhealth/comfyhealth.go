@@ -14,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/httpx"
 )
 
 func init() {

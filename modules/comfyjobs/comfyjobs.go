@@ -16,13 +16,14 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/deployments"
-	"github.com/comfygate/comfygate/modules/httpx"
-	"github.com/comfygate/comfygate/modules/jobs"
-	"github.com/comfygate/comfygate/modules/principal"
-	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -51,6 +52,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision reaches the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "comfy_jobs"); err != nil {
+		return err
+	}
 	app, err := ctx.App("comfygate")
 	if err != nil {
 		return fmt.Errorf("comfy_jobs: %w", err)

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/deployments"
-	"github.com/comfygate/comfygate/modules/httpx"
-	"github.com/comfygate/comfygate/modules/jobs"
-	"github.com/comfygate/comfygate/modules/metrics"
-	"github.com/comfygate/comfygate/modules/principal"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/bus"
 )

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/bus"
 )

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/httpx"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -128,7 +128,7 @@ func TestJobView(t *testing.T) {
 					t.Fatalf("error = %v", v["error"])
 				}
 			}
-			if tt.job.Progress != nil && len(tt.job.Progress) > 0 {
+			if len(tt.job.Progress) > 0 {
 				p, _ := v["progress"].(map[string]any)
 				if p["value"] != 0.5 {
 					t.Fatalf("progress = %v", v["progress"])

@@ -2,7 +2,7 @@
 // WebSocket API (/prompt, /queue, /history, /view, /upload/image, /ws, …)
 // over comfygate's jobs and assets, so that existing ComfyUI clients run
 // unmodified against the gateway. It parses requests and writes answers;
-// the translation lives in modules/nativeapi. Put it behind comfy_auth.
+// the translation lives in internal/nativeapi. Put it behind comfy_auth.
 package comfynative
 
 import (
@@ -20,11 +20,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/nativeapi"
-	"github.com/comfygate/comfygate/modules/principal"
-	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/internal/nativeapi"
+	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/internal/workflow"
 )
 
 func init() {
@@ -52,6 +53,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision reaches the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "comfy_native"); err != nil {
+		return err
+	}
 	app, err := ctx.App("comfygate")
 	if err != nil {
 		return fmt.Errorf("comfy_native: %w", err)

@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/nativeapi"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/nativeapi"
 	"github.com/comfygate/comfygate/storage"
 )
 

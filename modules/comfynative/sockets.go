@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/nativeapi"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/nativeapi"
 )
 
 // maxClientIDBytes bounds a clientId.

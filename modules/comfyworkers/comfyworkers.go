@@ -22,7 +22,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/comfygate/comfygate/modules/comfyui"
+	"github.com/comfygate/comfygate/internal/comfyui"
 )
 
 func init() {

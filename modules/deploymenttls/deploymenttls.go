@@ -17,7 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/deployments"
+	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -21,8 +21,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/comfygate/comfygate/modules/apierr"
-	"github.com/comfygate/comfygate/modules/metrics"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/metrics"
 )
 
 func init() {

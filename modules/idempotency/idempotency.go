@@ -14,12 +14,13 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/httpx"
-	"github.com/comfygate/comfygate/modules/idem"
-	"github.com/comfygate/comfygate/modules/metrics"
-	"github.com/comfygate/comfygate/modules/principal"
+	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/internal/idem"
+	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/principal"
 )
 
 func init() {
@@ -44,6 +45,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision reaches the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "idempotency"); err != nil {
+		return err
+	}
 	if h.TTL == 0 {
 		h.TTL = caddy.Duration(idem.DefaultTTL)
 	}

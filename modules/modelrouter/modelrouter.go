@@ -19,11 +19,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
-	"github.com/comfygate/comfygate/modules/router/calls"
-	"github.com/comfygate/comfygate/modules/router/catalog"
-	"github.com/comfygate/comfygate/modules/router/limits"
-	"github.com/comfygate/comfygate/modules/router/provider"
+	"github.com/comfygate/comfygate/internal/router/calls"
+	"github.com/comfygate/comfygate/internal/router/catalog"
+	"github.com/comfygate/comfygate/internal/router/limits"
+	"github.com/comfygate/comfygate/internal/router/provider"
 )
 
 func init() {
@@ -111,6 +112,10 @@ var processCursorKey = func() []byte {
 // Provision loads the catalog and takes a limiter reference. It opens no
 // connection: the Redis limiter dials on first use.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	// It reads the principal: refuse a config with no comfy_auth before it.
+	if err := comfyauth.RequireBefore(ctx, "model_router"); err != nil {
+		return err
+	}
 	h.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
 	if h.Catalog == "" {

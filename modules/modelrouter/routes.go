@@ -14,13 +14,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/comfygate/comfygate/modules/apierr"
+	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/modules/errorenvelope"
-	"github.com/comfygate/comfygate/modules/metrics"
-	"github.com/comfygate/comfygate/modules/principal"
-	"github.com/comfygate/comfygate/modules/router/calls"
-	"github.com/comfygate/comfygate/modules/router/catalog"
-	"github.com/comfygate/comfygate/modules/router/schema"
+	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/internal/router/calls"
+	"github.com/comfygate/comfygate/internal/router/catalog"
+	"github.com/comfygate/comfygate/internal/router/schema"
 )
 
 // maxSuggestions is how many ids a model_not_found detail names.

@@ -91,7 +91,20 @@ func (s *Store) GrantCredits(ctx context.Context, accountID string, amount int64
 		return storage.CreditEntry{}, errors.New("embedded: grant credits: amount must not be zero")
 	}
 	e := storage.CreditEntry{AccountID: accountID, Kind: storage.CreditGrant, Amount: amount, Note: note}
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error { return addEntry(ctx, tx, &e) })
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		err := addEntry(ctx, tx, &e)
+		if !errors.Is(err, storage.ErrInsufficientCredits) {
+			return err
+		}
+		// The balance that refused the debit: read in the same write
+		// transaction, so no other change came between.
+		var bal int64
+		err = tx.QueryRowContext(ctx, `SELECT balance FROM credit_accounts WHERE account_id = ?`, accountID).Scan(&bal)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("embedded: read balance: %w", err)
+		}
+		return &storage.OverdraftError{AccountID: accountID, Balance: bal, Amount: amount}
+	})
 	return e, err
 }
 

@@ -65,7 +65,13 @@ func (s *Store) GrantCredits(ctx context.Context, accountID string, amount int64
 		RETURNING `+creditEntryColumns, accountID, amount, note))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return storage.CreditEntry{}, storage.ErrInsufficientCredits
+		// The balance is read after the refusal, for the message: a
+		// change committed in between would show here.
+		bal, err := s.CreditBalance(ctx, accountID)
+		if err != nil {
+			return storage.CreditEntry{}, err
+		}
+		return storage.CreditEntry{}, &storage.OverdraftError{AccountID: accountID, Balance: bal, Amount: amount}
 	case err != nil:
 		return storage.CreditEntry{}, mapErr("grant credits", err)
 	}

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +55,19 @@ func entriesFor(entries []storage.CreditEntry, kind, id string) []storage.Credit
 	return out
 }
 
+// checkOverdraft checks that a refused debit names the balance that
+// refused it, in its figures and its message.
+func checkOverdraft(t *testing.T, err error, account string, balance, amount int64) {
+	t.Helper()
+	var o *storage.OverdraftError
+	if !errors.As(err, &o) || o.AccountID != account || o.Balance != balance || o.Amount != amount {
+		t.Fatalf("refused debit: %#v, want an OverdraftError of %d from a balance of %d", err, amount, balance)
+	}
+	if want := fmt.Sprintf("has a balance of %d, a debit of %d", balance, -amount); !strings.Contains(err.Error(), want) {
+		t.Fatalf("refused debit says %q, want %q in it", err, want)
+	}
+}
+
 // mustGrant grants amount to account and fails the test on error.
 func mustGrant(t *testing.T, st storage.Store, account string, amount int64) {
 	t.Helper()
@@ -68,6 +83,8 @@ func testGrantBalanceLedger(t *testing.T, st storage.Store) {
 	}
 	if _, err := st.GrantCredits(ctx(t), account, -5, "no ledger yet"); !errors.Is(err, storage.ErrInsufficientCredits) {
 		t.Fatalf("negative first grant: %v, want ErrInsufficientCredits", err)
+	} else {
+		checkOverdraft(t, err, account, 0, -5)
 	}
 	before := time.Now().Add(-time.Second)
 	e, err := st.GrantCredits(ctx(t), account, 100, "welcome")
@@ -81,6 +98,8 @@ func testGrantBalanceLedger(t *testing.T, st storage.Store) {
 	mustGrant(t, st, account, -30)
 	if _, err := st.GrantCredits(ctx(t), account, -71, "too much"); !errors.Is(err, storage.ErrInsufficientCredits) {
 		t.Fatalf("overdrawing grant: %v, want ErrInsufficientCredits", err)
+	} else {
+		checkOverdraft(t, err, account, 70, -71)
 	}
 	for _, bad := range []int64{0, storage.MaxCredits + 1} {
 		if _, err := st.GrantCredits(ctx(t), account, bad, ""); err == nil {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/comfygate/comfygate/modules/apikey"
-	"github.com/comfygate/comfygate/modules/jobs"
+	"github.com/comfygate/comfygate/internal/apikey"
+	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/embedded"
@@ -435,8 +435,6 @@ func measureReaper(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
 	return r
 }
 
-// quietCPU waits for the machine to settle between phases.
-func quietCPU(t *testing.T) { quiet(t) }
 
 func sizes(env, def string) []int {
 	v := os.Getenv(env)

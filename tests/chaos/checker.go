@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/minio/minio-go/v7"
 
-	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/internal/router/limits"
 )
 
 // Report is what the checker found in one history.

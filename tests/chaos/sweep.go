@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/comfygate/comfygate/modules/assets"
+	"github.com/comfygate/comfygate/internal/assets"
 	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/postgres"

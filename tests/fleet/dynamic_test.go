@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/miekg/dns"
 
-	"github.com/comfygate/comfygate/modules/comfyui"
+	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/tests/gateway"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
 )

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/comfygate/comfygate/modules/comfyui"
-	"github.com/comfygate/comfygate/modules/jobs"
-	"github.com/comfygate/comfygate/modules/workflow"
+	"github.com/comfygate/comfygate/internal/comfyui"
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
 )

@@ -46,10 +46,10 @@ func InvertWorkflow(image, prefix string) map[string]any {
 }
 
 // BlurWorkflow keeps a built-in worker slot busy with blurs of a
-// 1024×1024 image (seconds each on a small machine) until it is canceled;
-// cancellation lands between nodes.
+// 2048×2048 image (about 0.7 s of CPU each on a small machine) until it is
+// canceled; cancellation lands between nodes.
 func BlurWorkflow(blurs int) map[string]any {
-	wf := map[string]any{"1": Node("EmptyImage", map[string]any{"width": 1024, "height": 1024, "batch_size": 1, "color": 0x336699})}
+	wf := map[string]any{"1": Node("EmptyImage", map[string]any{"width": 2048, "height": 2048, "batch_size": 1, "color": 0x336699})}
 	prev := "1"
 	for i := 2; i <= blurs+1; i++ {
 		id := fmt.Sprint(i)

@@ -144,7 +144,7 @@ func TestUploadBadInputs(t *testing.T) {
 				{"missing content_type", []part{{name: "file_path", value: "a.png"}, {name: "file", filename: "a", data: data}}, 422, "invalid_request"},
 				{"duplicate file", append(uploadParts(data, "a.png"), part{name: "file", filename: "b", data: data}), 422, "invalid_request"},
 				{"duplicate file_path", append([]part{{name: "file_path", value: "x.png"}}, ok...), 422, "invalid_request"},
-				{"file before metadata", []part{{name: "file", filename: "a", data: data}, {name: "content_type", value: "image/png"}, {name: "file_path", value: "a.png"}}, 422, "invalid_request"},
+				{"file first, file_path missing", []part{{name: "file", filename: "a", data: data}, {name: "content_type", value: "image/png"}}, 422, "invalid_request"},
 				{"expires_in too small", uploadParts(data, "a.png", part{name: "expires_in", value: "59"}), 422, "invalid_request"},
 				{"expires_in too large", uploadParts(data, "a.png", part{name: "expires_in", value: "604801"}), 422, "invalid_request"},
 				{"expires_in not a number", uploadParts(data, "a.png", part{name: "expires_in", value: "soon"}), 422, "invalid_request"},

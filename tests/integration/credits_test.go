@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -281,4 +283,61 @@ func checkUsage(t *testing.T, out, account string, jobs int, execMS, credits int
 		return
 	}
 	t.Fatalf("no usage row for %s in %q", account, out)
+}
+
+// TestCreditsCLIDebit (issue 26, item 2): the README's form of a debit,
+// `credits grant <account> -3`, debits without a "--" before the amount,
+// with the command's flags still parsed around it; a debit larger than
+// the balance is refused on both backends, says what the balance is, and
+// leaves the balance as it was.
+func TestCreditsCLIDebit(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends() {
+		if b.remoteBlobs {
+			continue // the ledger is in storage: embedded and Postgres
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "Caddyfile")
+			if err := os.WriteFile(cfg, []byte("{\n\tcomfygate {\n\t\t"+b.global(t, dir)+"\n\t}\n}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cli := func(args ...string) (string, string, error) {
+				cmd := exec.Command(gateway.Binary(t), append([]string{"credits", "--config", cfg}, args...)...)
+				cmd.Dir = dir
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				return strings.TrimSpace(stdout.String()), stderr.String(), err
+			}
+			ok := func(want string, args ...string) {
+				t.Helper()
+				out, stderr, err := cli(args...)
+				if err != nil || out != want {
+					t.Fatalf("credits %q: %q, %v (%s), want %q", args, out, err, stderr, want)
+				}
+			}
+			ok("10", "grant", "acme", "10")
+			ok("7", "grant", "acme", "-3")
+			ok("5", "grant", "acme", "-2", "--note", "-2 as a note")
+			ok("4", "grant", "acme", "--", "-1")
+
+			out, stderr, err := cli("grant", "acme", "-8")
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 || out != "" {
+				t.Fatalf("a debit of 8 from 4: %v, printed %q; want exit status 1", err, out)
+			}
+			for _, want := range []string{"insufficient credits", "has a balance of 4", "a debit of 8"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the refused debit says %q; want %q in it", stderr, want)
+				}
+			}
+			ok("4", "balance", "acme")
+			ledger, _, err := cli("ledger", "acme", "--json")
+			if err != nil || strings.Count(ledger, "\n") != 3 || !strings.Contains(ledger, `"note":"-2 as a note"`) {
+				t.Fatalf("ledger after the refusal: %v\n%s", err, ledger)
+			}
+		})
+	}
 }

@@ -259,3 +259,60 @@ func TestDeploymentByHost(t *testing.T) {
 	wantError(t, "no deployment named", response{gateway.Do(t, http.MethodGet, s.URL+"/api/v2/jobs", nil,
 		map[string]string{"Authorization": "Bearer " + key})}, http.StatusNotFound, "not_found", false)
 }
+
+// TestDeploymentHostAndPrefix: a request whose host names one deployment
+// and whose path starts with another's /deployment/{id} prefix is refused
+// (404 not_found, nothing created in either), whichever of the two the
+// caller owns; the host with its own id as prefix is served, the prefix
+// stripped and kept in every link.
+func TestDeploymentHostAndPrefix(t *testing.T) {
+	s := startServerless(t, backends()[1], "", "")
+	s.create(t, "acme-a", "acme", "", false, "ready")
+	s.create(t, "acme-b", "acme", "", false, "ready")
+	key := s.key(t, "acme")
+	hostA := func(prefix string) client {
+		return client{base: s.URL + prefix, host: "acme-a.run.example.test", key: key}
+	}
+
+	crossed := hostA("/deployment/acme-b")
+	wantError(t, "list, host acme-a, prefix acme-b", crossed.do(t, http.MethodGet, "/api/v2/jobs", nil, nil),
+		http.StatusNotFound, "not_found", false)
+	wantError(t, "upload, host acme-a, prefix acme-b", crossed.upload(t, pngOf(t), "photo.png"),
+		http.StatusNotFound, "not_found", false)
+	wantError(t, "submit, host acme-a, prefix acme-b", crossed.submit(t, invertWorkflow("photo.png")),
+		http.StatusNotFound, "not_found", false)
+	for _, c := range []client{s.byHost("acme-a", key), s.byHost("acme-b", key)} {
+		if r := c.do(t, http.MethodGet, "/api/v2/jobs", nil, nil); r.Status != http.StatusOK || len(r.JSON(t)["jobs"].([]any)) != 0 {
+			t.Errorf("%s after the refused requests: %d %s", c.host, r.Status, r.Body)
+		}
+	}
+
+	// The host's own id as prefix: served as acme-a, links keep the prefix.
+	own := hostA("/deployment/acme-a")
+	base := "http://acme-a.run.example.test/deployment/acme-a/api/v2/"
+	up := own.upload(t, pngOf(t), "photo.png")
+	if up.Status != http.StatusCreated {
+		t.Fatalf("upload, host acme-a, prefix acme-a: %d %s", up.Status, up.Body)
+	}
+	if u := up.JSON(t)["url"].(string); !strings.HasPrefix(u, base+"assets/") {
+		t.Errorf("asset url %s, want under %s", u, base)
+	}
+	id := jobID(t, own.submit(t, invertWorkflow("photo.png")))
+	j := own.wait(t, id, gateway.Terminal)
+	if j["status"] != "succeeded" {
+		t.Fatalf("job %v: %v", j["status"], j["error"])
+	}
+	if self := j["urls"].(map[string]any)["self"]; self != base+"jobs/"+id {
+		t.Errorf("urls.self = %v, want %s", self, base+"jobs/"+id)
+	}
+	out := j["outputs"].([]any)[0].(map[string]any)["url"].(string)
+	got := client{base: s.URL, host: "acme-a.run.example.test", key: key}.do(t, http.MethodGet,
+		strings.TrimPrefix(out, "http://acme-a.run.example.test"), nil, nil)
+	if !strings.HasPrefix(out, base) || got.Status != http.StatusOK || got.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("output %s: %d %s", out, got.Status, got.Header.Get("Content-Type"))
+	}
+	if r := s.byHost("acme-a", key).get(t, id); r.Status != http.StatusOK {
+		t.Errorf("the job by host alone: %d %s", r.Status, r.Body)
+	}
+	wantError(t, "the job through the other deployment", s.byHost("acme-b", key).get(t, id), http.StatusNotFound, "not_found", false)
+}

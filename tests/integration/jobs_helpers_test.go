@@ -18,15 +18,15 @@ func invertWorkflow(image any) map[string]any {
 	}
 }
 
-// slowWorkflow keeps a worker busy with blurs of a 512×512 image (roughly
-// a second each on this machine); cancellation lands between them.
+// slowWorkflow keeps a worker busy with blurs of a 2048×2048 image (about
+// 0.7 s of CPU each on this machine); cancellation lands between them.
 func slowWorkflow(blurs int) map[string]any {
 	wf := map[string]any{"1": map[string]any{"class_type": "EmptyImage",
-		"inputs": map[string]any{"width": 512, "height": 512, "batch_size": 1, "color": 0x336699}}}
+		"inputs": map[string]any{"width": 2048, "height": 2048, "batch_size": 1, "color": 0x336699}}}
 	prev := "1"
 	for i := 2; i <= blurs+1; i++ {
 		id := fmt.Sprint(i)
-		wf[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 15, "sigma": 3}}
+		wf[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 31, "sigma": 3}}
 		prev = id
 	}
 	wf["900"] = map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "slow", "images": []any{prev, 0}}}

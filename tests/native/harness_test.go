@@ -260,14 +260,15 @@ func invert(image string) map[string]any {
 	}
 }
 
-// slow is a prompt that runs for seconds on the built-in executor.
+// slow is a prompt that runs for seconds on the built-in executor (50
+// blurs of 1024², about 0.2 s of CPU each).
 func slow() map[string]any {
 	p := map[string]any{"1": map[string]any{"class_type": "EmptyImage",
-		"inputs": map[string]any{"width": 256, "height": 256, "batch_size": 1, "color": 1234567}}}
+		"inputs": map[string]any{"width": 1024, "height": 1024, "batch_size": 1, "color": 1234567}}}
 	prev := "1"
 	for i := 10; i < 60; i++ {
 		id := fmt.Sprint(i)
-		p[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 15, "sigma": 3}}
+		p[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 31, "sigma": 3}}
 		prev = id
 	}
 	p["99"] = map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "slow", "images": []any{prev, 0}}}

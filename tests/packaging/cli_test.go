@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/comfygate/comfygate/modules/version"
+	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
@@ -83,6 +83,31 @@ func TestCommandLine(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if !bytes.Equal(before, after) || len(entries) != 1 {
 		t.Errorf("the binary changed or a file appeared beside it (%d entries)", len(entries))
+	}
+}
+
+// TestStorageCommandsHelp (issue 26, item 8): `comfygate help` names
+// comfygate's own commands, and the help of each command that opens a
+// config's storage says that it needs what run needs: the same config,
+// working directory and environment.
+func TestStorageCommandsHelp(t *testing.T) {
+	bin := gateway.Binary(t)
+	help := run(t, bin, "help")
+	for _, want := range []string{"comfygate's own commands: api-key, credits and deployment", "COMFYGATE_POSTGRES_DSN"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+	for _, name := range []string{"api-key", "credits", "deployment"} {
+		for _, args := range [][]string{{name, "--help"}, {"help", name}} {
+			out := run(t, bin, args...)
+			for _, want := range []string{"comfygate " + name + " --config <path>", "as run does",
+				"same working directory", "same environment", "COMFYGATE_POSTGRES_DSN"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("%v lacks %q:\n%s", args, want, out)
+				}
+			}
+		}
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package packaging tests comfygate as it is shipped: built as a plugin of
-// an ordinary Caddy with xcaddy, the comfygate binary's command line, and
-// the systemd unit.
+// an ordinary Caddy with xcaddy, the comfygate binary's command line,
+// the systemd unit, and the README's quick start as a new user runs it.
 package packaging
 
 import (

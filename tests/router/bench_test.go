@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/tests/gateway"
 	"github.com/comfygate/comfygate/tests/peers/partner"
@@ -150,13 +150,13 @@ http://:%d {
 		for i, tg := range targets {
 			rs := redisScriptStats(t) // before the CPU sample: its INFO is not the target's work
 			before := sampleCPU(groups)
-			lat, r, err := load(hc, tg.url, tg.hdrs, 1, 2*time.Second)
+			lat, _, err := load(hc, tg.url, tg.hdrs, 1, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
 			p50[i] = append(p50[i], pct(lat, 50))
 			p99[i] = append(p99[i], pct(lat, 99))
-			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
+			per, _ := perRequest(before, sampleCPU(groups), float64(len(lat)))
 			gw1[i] = append(gw1[i], per[0])
 			switch i {
 			case viaRouter:
@@ -166,11 +166,11 @@ http://:%d {
 			}
 			rs = redisScriptStats(t)
 			before = sampleCPU(groups)
-			lat, r, err = load(hc, tg.url, tg.hdrs, 32, 2*time.Second)
+			lat, r, err := load(hc, tg.url, tg.hdrs, 32, 2*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
-			per, machine = perRequest(before, sampleCPU(groups), float64(len(lat)))
+			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
 			if i == viaRouter {
 				after := redisScriptStats(t)
 				scriptCalls = append(scriptCalls, (after.calls-rs.calls)/float64(len(lat)))

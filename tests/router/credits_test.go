@@ -134,11 +134,11 @@ http://:{PORT} {
 func submitJob(t *testing.T, base string) string {
 	t.Helper()
 	wf := map[string]any{"1": map[string]any{"class_type": "EmptyImage",
-		"inputs": map[string]any{"width": 512, "height": 512, "batch_size": 1, "color": 0}}}
+		"inputs": map[string]any{"width": 2048, "height": 2048, "batch_size": 1, "color": 0}}}
 	prev := "1"
 	for i := 2; i <= 4; i++ {
 		id := fmt.Sprint(i)
-		wf[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 15, "sigma": 3}}
+		wf[id] = map[string]any{"class_type": "ImageBlur", "inputs": map[string]any{"image": []any{prev, 0}, "blur_radius": 31, "sigma": 3}}
 		prev = id
 	}
 	wf["9"] = map[string]any{"class_type": "SaveImage", "inputs": map[string]any{"filename_prefix": "s", "images": []any{prev, 0}}}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/comfygate/comfygate/modules/router/limits"
+	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/embedded"
 	"github.com/comfygate/comfygate/storage/pgtest"

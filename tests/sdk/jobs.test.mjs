@@ -97,10 +97,10 @@ test("events: snapshot, outputs before the terminal status, stream ends", async 
 // A workflow that keeps a worker busy for a while: big images, heavy blurs,
 // and cancellation is honoured between nodes.
 function slowWorkflow() {
-  const wf = { 1: { class_type: "EmptyImage", inputs: { width: 1024, height: 1024, batch_size: 1, color: 0x808080 } } };
+  const wf = { 1: { class_type: "EmptyImage", inputs: { width: 2048, height: 2048, batch_size: 1, color: 0x808080 } } };
   let prev = "1";
   for (let i = 2; i <= 20; i++) {
-    wf[i] = { class_type: "ImageBlur", inputs: { image: [prev, 0], blur_radius: 15, sigma: 3 } };
+    wf[i] = { class_type: "ImageBlur", inputs: { image: [prev, 0], blur_radius: 31, sigma: 3 } };
     prev = String(i);
   }
   wf[99] = { class_type: "SaveImage", inputs: { filename_prefix: "slow", images: [prev, 0] } };

@@ -237,10 +237,6 @@ func readFrames(body io.Reader, onFrame func(frame)) ([]frame, error) {
 	return frames, sc.Err()
 }
 
-func node(class string, inputs map[string]any) map[string]any {
-	return map[string]any{"class_type": class, "inputs": inputs}
-}
-
 // busyWorkflow keeps the peer busy for steps×stepMS.
 func busyWorkflow(steps, stepMS int) map[string]any {
 	return map[string]any{"1": gateway.Node("SlowNode", map[string]any{"steps": steps, "step_ms": stepMS})}

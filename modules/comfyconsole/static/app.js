@@ -92,7 +92,10 @@ function renderJobs(page) {
       el("td", {}, badge(job.status)),
       el("td", {}, progressBar(job)),
       el("td", {}, image ? thumb(image) : ""),
-      el("td", {}, el("code", { textContent: job.id.slice(0, 8) })),
+      // Ids are UUIDv7: they begin with their creation time, alike for
+      // jobs of the same minute, and end in random digits that tell them
+      // apart. The whole id is on hover.
+      el("td", {}, el("code", { textContent: `…${job.id.slice(-8)}`, title: job.id })),
       el("td", { textContent: job.account }),
       el("td", { textContent: job.pool }),
       el("td", { textContent: ago(job.created_at) }),

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/comfygate/comfygate/modules/builtin"
+	"github.com/comfygate/comfygate/internal/builtin"
 )
 
 // fakeClasses are the peer's own nodes, next to the built-in image nodes.
@@ -190,6 +190,7 @@ func (e *execution) run() string {
 			data, ok := e.p.inputs.get(name)
 			e.p.mu.Unlock()
 			if !ok {
+				//lint:ignore ST1005 ComfyUI's own message, word for word: the peer speaks as ComfyUI does
 				return nil, fmt.Errorf("Invalid image file: %s", name)
 			}
 			return io.NopCloser(bytes.NewReader(data)), nil

@@ -227,7 +227,7 @@ func (p *Peer) view(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(sub, "..") || strings.HasPrefix(sub, "/") {
-		http.Error(w, "forbidden", 403)
+		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
 	p.mu.Lock()

@@ -255,12 +255,6 @@ func (p *Peer) CompleteAll() {
 	}
 }
 
-func (p *Peer) snapshot() config {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cfg
-}
-
 func (p *Peer) enter() {
 	n := p.inFlight.Add(1)
 	for {

@@ -1,0 +1,127 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/comfygate/comfygate/internal/builtin"
+	"github.com/comfygate/comfygate/internal/workflow"
+)
+
+// assetMarker prefixes the synthetic file name that stands for a core/ASSET
+// reference inside the built-in executor. It starts with a NUL byte, which
+// no real file path may contain.
+const assetMarker = "\x00asset:"
+
+// BuiltinExecutor runs jobs on the built-in core image nodes, in process.
+type BuiltinExecutor struct {
+	once    sync.Once
+	catalog workflow.Catalog
+	err     error
+}
+
+// Catalog returns the built-in nodes in /object_info form.
+func (b *BuiltinExecutor) Catalog(context.Context) (workflow.Catalog, error) {
+	b.once.Do(func() { b.catalog, b.err = workflow.ParseObjectInfo(builtin.ObjectInfo()) })
+	return b.catalog, b.err
+}
+
+// Execute runs the attempt's graph. Into run.Log it prints what a ComfyUI
+// server prints for a prompt — "got prompt", the exception of a failing
+// node with its traceback, "Processing interrupted" on cancel and the
+// "Prompt executed in" timing line — plus a line per node executed.
+func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
+	start := time.Now()
+	run.Log.Printf("got prompt")
+	defer func() { run.Log.Printf("Prompt executed in %.2f seconds", time.Since(start).Seconds()) }()
+	prompt, err := builtinPrompt(run.Graph)
+	if err != nil {
+		run.Log.Printf("invalid prompt: %v", err)
+		return &NodeError{Message: err.Error()}
+	}
+	nodeStart := time.Now()
+	err = builtin.Execute(ctx, prompt, builtin.Env{
+		OpenInput: func(ctx context.Context, name string) (io.ReadCloser, error) {
+			var rc io.ReadCloser
+			var err error
+			if id, ok := strings.CutPrefix(name, assetMarker); ok {
+				_, rc, err = run.OpenAsset(ctx, id, "")
+			} else {
+				_, rc, err = run.OpenAsset(ctx, "", name)
+			}
+			return rc, err
+		},
+		PromptJSON: run.Job.Workflow,
+		OnProgress: func(p builtin.Progress) {
+			id, class := p.NodeID, p.ClassType
+			run.Log.Printf("executed node %s (%s) in %.2f seconds", id, class, time.Since(nodeStart).Seconds())
+			nodeStart = time.Now()
+			value := 0.0
+			if p.NodesTotal > 0 {
+				value = float64(p.NodesDone) / float64(p.NodesTotal)
+			}
+			run.Progress(ctx, Progress{Value: value, NodesDone: p.NodesDone, NodesTotal: p.NodesTotal,
+				CurrentNode: &id, CurrentNodeClass: &class, Message: &class})
+		},
+		OnOutput: func(ctx context.Context, o builtin.Output) error {
+			data := o.Data
+			return run.Output(ctx, OutputFile{
+				NodeID: o.NodeID, Name: o.Filename, Subfolder: o.Subfolder, Type: "image",
+				ContentType: o.ContentType,
+				Open: func(context.Context) (io.ReadCloser, error) {
+					return io.NopCloser(bytes.NewReader(data)), nil
+				},
+			})
+		},
+		JobPrefix: run.Job.ID,
+	})
+	var ne *builtin.NodeError
+	switch {
+	case errors.As(err, &ne):
+		run.Log.Printf("!!! Exception during processing !!! %s", ne.Message)
+		run.Log.Printf("Failed node %s (%s)", ne.NodeID, ne.ClassType)
+		if ne.Traceback != "" {
+			run.Log.Printf("Traceback (most recent call first):\n%s", ne.Traceback)
+		}
+		return &NodeError{Message: ne.Message, NodeID: ne.NodeID, ClassType: ne.ClassType, Traceback: ne.Traceback}
+	case errors.Is(err, builtin.ErrNoOutputs):
+		run.Log.Printf("Prompt has no outputs")
+		return &NodeError{Code: "prompt_no_outputs", Message: "the workflow has no output node"}
+	case err != nil && ctx.Err() != nil:
+		run.Log.Printf("Processing interrupted")
+	case err != nil:
+		run.Log.Printf("!!! Exception during processing !!! %v", err)
+	}
+	return err
+}
+
+// builtinPrompt decodes the graph's inputs for the built-in executor and
+// replaces core/ASSET objects by marked names its OpenInput resolves.
+func builtinPrompt(g workflow.Graph) (map[string]builtin.Node, error) {
+	prompt := make(map[string]builtin.Node, len(g))
+	for id, n := range g {
+		inputs := make(map[string]any, len(n.Inputs))
+		for name, raw := range n.Inputs {
+			var v any
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, err
+			}
+			if obj, ok := v.(map[string]any); ok && obj["__type"] == workflow.AssetType {
+				info, _ := obj["info"].(map[string]any)
+				assetID, _ := info["id"].(string)
+				v = assetMarker + assetID
+			}
+			inputs[name] = v
+		}
+		prompt[id] = builtin.Node{ClassType: n.ClassType, Inputs: inputs}
+	}
+	return prompt, nil
+}
+
+var _ Executor = (*BuiltinExecutor)(nil)

@@ -1,0 +1,273 @@
+package nativeapi
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"time"
+
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/storage"
+)
+
+// Frame is one WebSocket message: JSON text ({type, data}) or, for
+// previews, binary in ComfyUI's framing.
+type Frame struct {
+	Text   []byte
+	Binary []byte
+}
+
+// textFrame renders {type, data}.
+func textFrame(typ string, data any) Frame {
+	b, _ := json.Marshal(map[string]any{"type": typ, "data": data})
+	return Frame{Text: b}
+}
+
+// StatusFrame is ComfyUI's status message. sid is set only on the first
+// frame of a connection.
+func StatusFrame(queueRemaining int, sid string) Frame {
+	data := map[string]any{"status": map[string]any{"exec_info": map[string]any{"queue_remaining": queueRemaining}}}
+	if sid != "" {
+		data["sid"] = sid
+	}
+	return textFrame("status", data)
+}
+
+// FeatureFlagsFrame answers a client's feature_flags.
+func FeatureFlagsFrame(maxUploadSize int64) Frame {
+	return textFrame("feature_flags", map[string]any{"supports_preview_metadata": true, "max_upload_size": maxUploadSize})
+}
+
+// Follower turns one job's comfygate events (job snapshots read from
+// storage, and the bus's progress, preview and output events) into the
+// message sequence ComfyUI sends a prompt's client: execution_start,
+// execution_cached, executing {node}, progress, executed (one per node with
+// all its files), then execution_success / execution_error /
+// execution_interrupted and executing {node: null}. Every input may come
+// twice or late (the bus is best effort and snapshots repeat it); a
+// Follower sends each thing once, and nothing after the end. It is not
+// safe for concurrent use.
+type Follower struct {
+	jobID   string
+	started bool
+	attempt int
+	node    string
+	sent    map[string]bool // output asset ids already taken in
+	// pending are outputs not yet sent as executed, by node in order.
+	pending  map[string][]storage.Output
+	order    []string
+	executed []string // nodes whose outputs were sent
+	// nodesDone is the highest nodes_done seen this attempt: a progress
+	// event below it was overtaken by a snapshot read after it.
+	nodesDone int
+	done      bool
+	now       func() time.Time
+}
+
+// NewFollower follows job id.
+func NewFollower(jobID string) *Follower {
+	return &Follower{jobID: jobID, sent: map[string]bool{}, pending: map[string][]storage.Output{}, now: time.Now}
+}
+
+// Done reports whether the job's end has been sent.
+func (f *Follower) Done() bool { return f.done }
+
+func (f *Follower) timestamp() int64 { return f.now().UnixMilli() }
+
+// start sends execution_start and execution_cached once per attempt.
+// comfygate caches no node results, so the cached list is always empty.
+// attempt is the job's attempt when known (a snapshot), 0 otherwise. A
+// later attempt (the job was handed to another worker) starts over; its
+// predecessor's uncommitted outputs are gone from the job.
+func (f *Follower) start(attempt int) []Frame {
+	switch {
+	case !f.started:
+	case attempt > f.attempt && f.attempt > 0:
+		f.pending, f.order, f.nodesDone = map[string][]storage.Output{}, nil, 0
+	default:
+		f.attempt = max(f.attempt, attempt)
+		return nil
+	}
+	f.started, f.attempt, f.node = true, attempt, ""
+	ts := f.timestamp()
+	return []Frame{
+		textFrame("execution_start", map[string]any{"prompt_id": f.jobID, "timestamp": ts}),
+		textFrame("execution_cached", map[string]any{"nodes": []string{}, "prompt_id": f.jobID, "timestamp": ts}),
+	}
+}
+
+// executing announces the node running now.
+func (f *Follower) executing(node string) []Frame {
+	if node == "" || node == f.node {
+		return nil
+	}
+	f.node = node
+	return []Frame{textFrame("executing", map[string]any{"node": node, "display_node": node, "prompt_id": f.jobID})}
+}
+
+// flush sends executed for every node with pending outputs except keep.
+func (f *Follower) flush(keep string) []Frame {
+	var out []Frame
+	kept := f.order[:0]
+	for _, node := range f.order {
+		if node == keep {
+			kept = append(kept, node)
+			continue
+		}
+		ui, _ := OutputsOf(f.pending[node])
+		delete(f.pending, node)
+		f.executed = append(f.executed, node)
+		out = append(out, textFrame("executed", map[string]any{
+			"node": node, "display_node": node, "output": ui[node], "prompt_id": f.jobID}))
+	}
+	f.order = kept
+	return out
+}
+
+// Job takes a snapshot of the job read from storage.
+func (f *Follower) Job(j storage.Job) []Frame {
+	if f.done {
+		return nil
+	}
+	var out []Frame
+	switch j.Status {
+	case storage.JobQueued:
+		return nil
+	case storage.JobRunning, storage.JobCanceling:
+		out = append(out, f.start(j.Attempt)...)
+		if len(j.Progress) > 0 {
+			out = append(out, f.Progress(j.Progress)...)
+		}
+		for _, o := range j.Outputs {
+			out = append(out, f.Output(o)...)
+		}
+		return out
+	}
+	// Terminal.
+	if !f.started && j.StartedAt == nil {
+		f.done = true // never ran (canceled while queued): ComfyUI sends nothing for it
+		return nil
+	}
+	out = append(out, f.start(j.Attempt)...)
+	if len(j.Progress) > 0 { // the last snapshot, for a client that saw none
+		out = append(out, f.Progress(j.Progress)...)
+	}
+	for _, o := range j.Outputs {
+		out = append(out, f.Output(o)...)
+	}
+	out = append(out, f.flush("")...)
+	ts := f.timestamp()
+	switch j.Status {
+	case storage.JobSucceeded:
+		out = append(out, textFrame("execution_success", map[string]any{"prompt_id": f.jobID, "timestamp": ts}))
+	case storage.JobCanceled:
+		out = append(out, textFrame("execution_interrupted", interruptedData(j, f.executedList(), ts)))
+	default:
+		out = append(out, textFrame("execution_error", executionErrorData(j, f.executedList(), ts)))
+	}
+	f.done = true
+	return append(out, textFrame("executing", map[string]any{"node": nil, "display_node": nil, "prompt_id": f.jobID}))
+}
+
+func (f *Follower) executedList() []string { return append([]string{}, f.executed...) }
+
+// Progress takes a progress snapshot (jobs.Progress JSON). The node it
+// names is announced with executing; progress carries the node's
+// step/steps when the executor reports them (a sampler), else the nodes
+// done of the nodes to run.
+func (f *Follower) Progress(raw json.RawMessage) []Frame {
+	if f.done {
+		return nil
+	}
+	var p jobs.Progress
+	if json.Unmarshal(raw, &p) != nil || p.NodesDone < f.nodesDone {
+		return nil
+	}
+	f.nodesDone = p.NodesDone
+	out := f.start(0)
+	node := ""
+	if p.CurrentNode != nil {
+		node = *p.CurrentNode
+	}
+	if node != "" && node != f.node {
+		out = append(out, f.flush(node)...)
+		out = append(out, f.executing(node)...)
+	}
+	value, maxValue := p.NodesDone, p.NodesTotal
+	if p.Step != nil && p.Steps != nil && *p.Steps > 0 {
+		value, maxValue = *p.Step, *p.Steps
+	}
+	if maxValue > 0 {
+		out = append(out, textFrame("progress", map[string]any{"value": value, "max": maxValue, "prompt_id": f.jobID, "node": nullable(f.node)}))
+	}
+	return out
+}
+
+// Output takes a committed output; it is sent with its node's others as
+// one executed message once the node is over.
+func (f *Follower) Output(o storage.Output) []Frame {
+	if f.done || f.sent[o.Asset.ID] {
+		return nil
+	}
+	f.sent[o.Asset.ID] = true
+	out := f.start(0)
+	if o.NodeID != f.node {
+		out = append(out, f.flush(o.NodeID)...)
+		out = append(out, f.executing(o.NodeID)...)
+	}
+	if _, ok := f.pending[o.NodeID]; !ok {
+		f.order = append(f.order, o.NodeID)
+	}
+	f.pending[o.NodeID] = append(f.pending[o.NodeID], o)
+	return out
+}
+
+// Preview takes a live preview event ({node_id, content_type,
+// data_base64}) and frames it as ComfyUI does: type 1 (u32 image type, then
+// the image), or type 4 with its metadata for a client that announced
+// supports_preview_metadata.
+func (f *Follower) Preview(raw json.RawMessage, withMetadata bool) []Frame {
+	if f.done || !f.started {
+		return nil
+	}
+	var p struct {
+		NodeID      string `json:"node_id"`
+		ContentType string `json:"content_type"`
+		Data        string `json:"data_base64"`
+	}
+	if json.Unmarshal(raw, &p) != nil {
+		return nil
+	}
+	img, err := base64.StdEncoding.DecodeString(p.Data)
+	if err != nil || len(img) == 0 {
+		return nil
+	}
+	if p.ContentType == "" {
+		p.ContentType = "image/png"
+	}
+	if withMetadata {
+		node := p.NodeID
+		if node == "" {
+			node = f.node
+		}
+		meta, _ := json.Marshal(map[string]any{"node_id": node, "prompt_id": f.jobID, "display_node_id": node,
+			"parent_node_id": nil, "real_node_id": node, "image_type": p.ContentType})
+		b := binary.BigEndian.AppendUint32(nil, 4)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(meta)))
+		return []Frame{{Binary: append(append(b, meta...), img...)}}
+	}
+	imageType := uint32(2)
+	if p.ContentType == "image/jpeg" {
+		imageType = 1
+	}
+	b := binary.BigEndian.AppendUint32(nil, 1)
+	b = binary.BigEndian.AppendUint32(b, imageType)
+	return []Frame{{Binary: append(b, img...)}}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

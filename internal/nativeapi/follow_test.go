@@ -1,0 +1,203 @@
+package nativeapi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/storage"
+)
+
+const jobID = "0b9f1c1e-8a44-4c0e-9d1a-6f2b8e7c1a11"
+
+func progress(node string, done, total int, steps ...int) json.RawMessage {
+	p := jobs.Progress{NodesDone: done, NodesTotal: total, CurrentNode: &node}
+	if len(steps) == 2 {
+		p.Step, p.Steps = &steps[0], &steps[1]
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+func output(node, asset, name string) storage.Output {
+	return storage.Output{NodeID: node, Name: name, Type: "image",
+		Asset: storage.Asset{ID: asset, FilePath: jobID + "/" + name}}
+}
+
+func snapshot(status string, attempt int, outs ...storage.Output) storage.Job {
+	started := time.Now()
+	j := storage.Job{ID: jobID, Status: status, Attempt: attempt, Outputs: outs, StartedAt: &started}
+	if attempt == 0 { // never claimed
+		j.StartedAt = nil
+	}
+	return j
+}
+
+// step is one input of a Follower.
+type step func(f *Follower) []Frame
+
+func job(j storage.Job) step        { return func(f *Follower) []Frame { return f.Job(j) } }
+func prog(raw json.RawMessage) step { return func(f *Follower) []Frame { return f.Progress(raw) } }
+func out(o storage.Output) step     { return func(f *Follower) []Frame { return f.Output(o) } }
+func preview(raw json.RawMessage) step {
+	return func(f *Follower) []Frame { return f.Preview(raw, false) }
+}
+
+// summary renders frames as "type[:node]" for comparison.
+func summary(t *testing.T, frames []Frame) string {
+	t.Helper()
+	var parts []string
+	for _, fr := range frames {
+		if fr.Binary != nil {
+			parts = append(parts, fmt.Sprintf("binary%d", binary.BigEndian.Uint32(fr.Binary)))
+			continue
+		}
+		var m struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		if err := json.Unmarshal(fr.Text, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Data["prompt_id"] != jobID {
+			t.Errorf("%s carries prompt_id %v", m.Type, m.Data["prompt_id"])
+		}
+		s := m.Type
+		switch m.Type {
+		case "executing":
+			s += fmt.Sprintf(":%v", m.Data["node"])
+		case "progress":
+			s += fmt.Sprintf(":%v/%v", m.Data["value"], m.Data["max"])
+		case "executed":
+			images := m.Data["output"].(map[string]any)["images"].([]any)
+			s += fmt.Sprintf(":%v×%d", m.Data["node"], len(images))
+		case "execution_error", "execution_interrupted":
+			s += fmt.Sprintf(":%v", m.Data["node_id"])
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestFollower: comfygate's events, in the orders and repeats the bus and
+// snapshots deliver them, become ComfyUI's message sequence, each message
+// once.
+func TestFollower(t *testing.T) {
+	failed := snapshot(storage.JobFailed, 1, output("3", "a1", "x_00001_.png"))
+	failed.Error = json.RawMessage(`{"code":"node_execution_error","message":"boom","node_id":"2","class_type":"ImageInvert","traceback":null}`)
+	canceled := snapshot(storage.JobCanceled, 1)
+	canceled.Progress = progress("2", 1, 3)
+	png := json.RawMessage(`{"node_id":"2","content_type":"image/png","data_base64":"iVBORw=="}`)
+	tests := []struct {
+		name  string
+		steps []step
+		want  string
+	}{
+		{
+			name: "a built-in run: nodes, two files of one output node, success",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(progress("1", 1, 3)), prog(progress("2", 2, 3)),
+				out(output("3", "a1", "x_00001_.png")), out(output("3", "a2", "x_00002_.png")), prog(progress("3", 3, 3)),
+				job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x_00001_.png"), output("3", "a2", "x_00002_.png")))},
+			want: "execution_start execution_cached executing:1 progress:1/3 executing:2 progress:2/3 executing:3 " +
+				"progress:3/3 executed:3×2 execution_success executing:<nil>",
+		},
+		{
+			name: "a sampler's steps are the progress of its node",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(progress("5", 0, 2, 3, 20)),
+				prog(progress("5", 0, 2, 4, 20))},
+			want: "execution_start execution_cached executing:5 progress:3/20 progress:4/20",
+		},
+		{
+			name: "outputs of a node that ran before the next one start are sent when it starts",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(progress("3", 0, 2)),
+				out(output("3", "a1", "x.png")), prog(progress("4", 1, 2))},
+			want: "execution_start execution_cached executing:3 progress:0/2 executed:3×1 executing:4 progress:1/2",
+		},
+		{
+			name:  "a prompt that ended before it was followed is told whole",
+			steps: []step{job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png")))},
+			want:  "execution_start execution_cached executing:3 executed:3×1 execution_success executing:<nil>",
+		},
+		{
+			name: "a late progress event behind a snapshot is dropped",
+			steps: []step{job(func() storage.Job {
+				j := snapshot(storage.JobRunning, 1)
+				j.Progress = progress("2", 2, 3)
+				return j
+			}()), prog(progress("1", 1, 3))},
+			want: "execution_start execution_cached executing:2 progress:2/3",
+		},
+		{
+			name: "an output seen in an event and again in a snapshot is sent once",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), out(output("3", "a1", "x.png")),
+				job(snapshot(storage.JobRunning, 1, output("3", "a1", "x.png"))),
+				job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png")))},
+			want: "execution_start execution_cached executing:3 executed:3×1 execution_success executing:<nil>",
+		},
+		{
+			name:  "failed: outputs so far, then execution_error naming the node",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), job(failed)},
+			want:  "execution_start execution_cached executing:3 executed:3×1 execution_error:2 executing:<nil>",
+		},
+		{
+			name:  "interrupted while running",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), job(canceled)},
+			want:  "execution_start execution_cached executing:2 progress:1/3 execution_interrupted:2 executing:<nil>",
+		},
+		{
+			name:  "canceled while queued: ComfyUI says nothing of a deleted pending prompt",
+			steps: []step{job(snapshot(storage.JobQueued, 0)), job(snapshot(storage.JobCanceled, 0))},
+			want:  "",
+		},
+		{
+			name: "a retry on another worker starts over",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(progress("1", 1, 2)), job(snapshot(storage.JobQueued, 1)),
+				job(snapshot(storage.JobRunning, 2)), prog(progress("1", 1, 2))},
+			want: "execution_start execution_cached executing:1 progress:1/2 execution_start execution_cached executing:1 progress:1/2",
+		},
+		{
+			name:  "nothing after the end",
+			steps: []step{job(snapshot(storage.JobSucceeded, 1)), prog(progress("9", 9, 9)), out(output("9", "z", "z.png")), preview(png)},
+			want:  "execution_start execution_cached execution_success executing:<nil>",
+		},
+		{
+			name:  "previews while running, none before",
+			steps: []step{preview(png), job(snapshot(storage.JobRunning, 1)), preview(png)},
+			want:  "execution_start execution_cached binary1",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFollower(jobID)
+			var frames []Frame
+			for _, s := range tc.steps {
+				frames = append(frames, s(f)...)
+			}
+			if got := summary(t, frames); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPreviewFraming: ComfyUI's binary preview layouts.
+func TestPreviewFraming(t *testing.T) {
+	f := NewFollower(jobID)
+	f.Job(snapshot(storage.JobRunning, 1))
+	raw := json.RawMessage(`{"node_id":"7","content_type":"image/jpeg","data_base64":"/9j/"}`)
+	plain := f.Preview(raw, false)[0].Binary
+	if binary.BigEndian.Uint32(plain) != 1 || binary.BigEndian.Uint32(plain[4:]) != 1 || string(plain[8:]) != "\xff\xd8\xff" {
+		t.Errorf("type 1 frame % x", plain)
+	}
+	meta := f.Preview(raw, true)[0].Binary
+	n := binary.BigEndian.Uint32(meta[4:])
+	var m map[string]any
+	if binary.BigEndian.Uint32(meta) != 4 || json.Unmarshal(meta[8:8+n], &m) != nil ||
+		m["node_id"] != "7" || m["prompt_id"] != jobID || m["image_type"] != "image/jpeg" || string(meta[8+n:]) != "\xff\xd8\xff" {
+		t.Errorf("type 4 frame % x (meta %v)", meta, m)
+	}
+}

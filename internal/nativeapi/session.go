@@ -1,0 +1,269 @@
+package nativeapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/storage"
+)
+
+// Socket is a WebSocket as a Session uses it.
+type Socket interface {
+	// Read returns the client's next message.
+	Read(ctx context.Context) ([]byte, error)
+	// Write sends one frame.
+	Write(ctx context.Context, f Frame) error
+}
+
+// Session timing. The status keepalive is ComfyUI's own message, sent
+// often enough that clients which treat 10 s of silence as a dead socket
+// (@saintno/comfyui-sdk) keep theirs; the reconcile re-read of each
+// followed job covers bus events lost between processes.
+var (
+	keepaliveEvery = 5 * time.Second
+	reconcileEvery = 10 * time.Second
+	// countEvery bounds how stale the keepalive's queue_remaining may be.
+	countEvery   = 30 * time.Second
+	writeTimeout = 10 * time.Second
+)
+
+// maxFollowed bounds the prompts one socket follows at once; more are
+// still queued and run, and /history reports them.
+const maxFollowed = 256
+
+// Session is one /ws connection: ComfyUI's messages for the account's
+// prompts submitted with its client id, whichever gateway process queued
+// or runs them.
+type Session struct {
+	Svc      *Service
+	Account  string
+	ClientID string
+	Socket   Socket
+	// MaxUploadBytes is announced in the feature_flags answer.
+	MaxUploadBytes int64
+
+	out      chan Frame
+	meta     atomic.Bool // the client announced supports_preview_metadata
+	mu       sync.Mutex
+	followed map[string]bool
+	wg       sync.WaitGroup
+	count    atomic.Int64 // queue_remaining last read
+}
+
+// Run serves the connection until ctx ends or the socket fails.
+func (s *Session) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s.out = make(chan Frame, 64)
+	s.followed = map[string]bool{}
+	// Subscribe before anything is read, so no prompt announced meanwhile
+	// is missed.
+	announced := s.Svc.Jobs.Bus.Subscribe(ClientTopic(s.Account, s.ClientID))
+	defer announced.Cancel()
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.write(ctx, cancel)
+	}()
+	go s.read(ctx, cancel)
+
+	s.recount(ctx)
+	s.send(ctx, StatusFrame(int(s.count.Load()), s.ClientID))
+	ids, err := s.Svc.Native.ClientJobs(ctx, s.Account, s.ClientID, maxFollowed)
+	if err != nil {
+		cancel(apierr.Upstream(err))
+	}
+	for _, id := range ids {
+		s.follow(ctx, id)
+	}
+
+	keepalive := time.NewTicker(keepaliveEvery)
+	defer keepalive.Stop()
+	recount := time.NewTicker(countEvery)
+	defer recount.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case e := <-announced.C:
+			var a promptAnnouncement
+			if json.Unmarshal(e.Data, &a) == nil && a.PromptID != "" {
+				s.follow(ctx, a.PromptID)
+			}
+			if announced.Lagged() {
+				s.refollow(ctx)
+			}
+		case <-recount.C:
+			s.recount(ctx)
+		case <-keepalive.C:
+			s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+		}
+	}
+	s.wg.Wait()
+	<-writerDone
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// refollow looks the session's unfinished prompts up again, after lost
+// announcements.
+func (s *Session) refollow(ctx context.Context) {
+	ids, err := s.Svc.Native.ClientJobs(ctx, s.Account, s.ClientID, maxFollowed)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		s.follow(ctx, id)
+	}
+}
+
+func (s *Session) recount(ctx context.Context) {
+	if n, err := s.Svc.QueueRemaining(ctx, s.Account); err == nil {
+		s.count.Store(int64(n))
+	}
+}
+
+// send queues a frame for the writer, giving up when the session ends.
+func (s *Session) send(ctx context.Context, f Frame) {
+	select {
+	case s.out <- f:
+	case <-ctx.Done():
+	}
+}
+
+// write sends queued frames in order; a write the client does not take in
+// writeTimeout ends the session.
+func (s *Session) write(ctx context.Context, cancel context.CancelCauseFunc) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-s.out:
+			wctx, wcancel := context.WithTimeout(ctx, writeTimeout)
+			err := s.Socket.Write(wctx, f)
+			wcancel()
+			if err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// read watches the client: its first message may be feature_flags (which
+// is answered); the session ends when the socket closes.
+func (s *Session) read(ctx context.Context, cancel context.CancelCauseFunc) {
+	first := true
+	for {
+		msg, err := s.Socket.Read(ctx)
+		if err != nil {
+			cancel(err)
+			return
+		}
+		if !first {
+			continue
+		}
+		first = false
+		var m struct {
+			Type string `json:"type"`
+			Data struct {
+				Meta bool `json:"supports_preview_metadata"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(msg, &m) == nil && m.Type == "feature_flags" {
+			s.meta.Store(m.Data.Meta)
+			s.send(ctx, FeatureFlagsFrame(s.MaxUploadBytes))
+		}
+	}
+}
+
+// follow starts following a prompt unless it is followed already.
+func (s *Session) follow(ctx context.Context, jobID string) {
+	s.mu.Lock()
+	if s.followed[jobID] || len(s.followed) >= maxFollowed {
+		s.mu.Unlock()
+		return
+	}
+	s.followed[jobID] = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		s.followJob(ctx, jobID)
+		s.mu.Lock()
+		delete(s.followed, jobID)
+		s.mu.Unlock()
+	}()
+}
+
+// followJob sends one prompt's messages until its end.
+func (s *Session) followJob(ctx context.Context, jobID string) {
+	sub := s.Svc.Jobs.Bus.Subscribe(jobID)
+	defer sub.Cancel()
+	f := NewFollower(jobID)
+	emit := func(frames []Frame) {
+		for _, fr := range frames {
+			s.send(ctx, fr)
+		}
+	}
+	refresh := func() bool {
+		j, err := s.Svc.Jobs.Get(ctx, s.Account, jobID)
+		if err != nil {
+			return false // gone or not the account's: nothing to follow
+		}
+		emit(f.Job(j))
+		return !f.Done()
+	}
+	if !refresh() {
+		return
+	}
+	if p, ok := s.Svc.Jobs.Bus.LatestPreview(jobID); ok {
+		emit(f.Preview(p.Data, s.meta.Load()))
+	}
+	reconcile := time.NewTicker(reconcileEvery)
+	defer reconcile.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reconcile.C:
+			if !refresh() {
+				return
+			}
+		case e := <-sub.C:
+			if sub.Lagged() {
+				if !refresh() {
+					return
+				}
+				continue
+			}
+			switch e.Kind {
+			case "progress":
+				emit(f.Progress(e.Data))
+			case "preview":
+				emit(f.Preview(e.Data, s.meta.Load()))
+			case "output":
+				var o storage.Output
+				if json.Unmarshal(e.Data, &o) == nil {
+					emit(f.Output(o))
+				}
+			case "status":
+				more := refresh()
+				s.recount(ctx)
+				s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+				if !more {
+					return
+				}
+			}
+		}
+	}
+}
