@@ -25,7 +25,7 @@ var refused = map[string]bool{"upgrade": true, "add-package": true, "remove-pack
 const refusal = `%s is not available in comfygate: it would replace this binary with a stock
 Caddy build from Caddy's download server, which has none of comfygate's
 modules. Build a new comfygate instead: go build ./cmd/comfygate in a
-checkout, or xcaddy (README, "Build it")`
+checkout, or xcaddy (docs/install.md)`
 
 // newRootCommand is comfygate's command line: every command registered with
 // caddycmd.RegisterCommand — Caddy's own and comfygate's (a package adds its
@@ -46,8 +46,8 @@ comfygate's own commands: api-key, credits and deployment manage the API
 keys, credit ledger and serverless deployments in the storage a config
 names, and need what run needs with that config: the same working
 directory and environment (COMFYGATE_POSTGRES_DSN, … in the examples).
-Configuration is a Caddyfile or Caddy JSON; see the README for the comfygate
-directives and the examples in caddyfile-examples/.`,
+Configuration is a Caddyfile or Caddy JSON; docs/configuration.md lists every
+comfygate directive, and caddyfile-examples/ holds examples to start from.`,
 		Example: `  $ comfygate run --config caddyfile-examples/self-hosted.Caddyfile
   $ comfygate reload --config /etc/comfygate/Caddyfile
   $ comfygate api-key --config /etc/comfygate/Caddyfile create --account acme

@@ -18,12 +18,12 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/assets"
-	"github.com/comfygate/comfygate/modules/comfyauth"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/metrics"
 	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/modules/comfyauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {

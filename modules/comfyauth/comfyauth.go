@@ -18,10 +18,10 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/apikey"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/jwtauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {
@@ -52,7 +52,7 @@ type Handler struct {
 	// (browsers cannot set headers on a WebSocket; ComfyUI clients put a
 	// token in `token`). The parameter is removed from the request once
 	// read; access logs record the URI as received, so filter it there
-	// (see README).
+	// (see docs/security.md, "What is logged").
 	QueryParam string `json:"query_param,omitempty"`
 
 	app         *comfygate.App

@@ -21,9 +21,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/internal/apierr"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/httpx"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {

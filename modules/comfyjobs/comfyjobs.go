@@ -17,13 +17,13 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/internal/apierr"
-	"github.com/comfygate/comfygate/modules/comfyauth"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/workflow"
+	"github.com/comfygate/comfygate/modules/comfyauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -21,11 +21,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
-	"github.com/comfygate/comfygate/modules/comfyauth"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/nativeapi"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/workflow"
+	"github.com/comfygate/comfygate/modules/comfyauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {

@@ -16,8 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
 )
 

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -215,12 +216,20 @@ func (h *Handler) log(r *http.Request, reqID string, e *apierr.Error, err error)
 		ce.Write(
 			zap.String("request_id", reqID),
 			zap.String("method", r.Method),
-			zap.String("uri", r.RequestURI),
+			zap.String("path", requestPath(r)),
 			zap.Int("status", e.Status),
 			zap.String("code", e.Code),
 			zap.Error(err),
 		)
 	}
+}
+
+// requestPath is the path the request named, without its query: a query
+// may carry a credential (comfy_auth's query_param, a presigned
+// signature), and a failed request's log line must not repeat it.
+func requestPath(r *http.Request) string {
+	path, _, _ := strings.Cut(r.RequestURI, "?")
+	return path
 }
 
 // headerTracker records whether the response has started.

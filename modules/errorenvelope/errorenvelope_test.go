@@ -387,3 +387,26 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// A failed request's log line names its path but not its query, which may
+// carry a credential (comfy_auth query_param).
+func TestLogLeavesOutTheQuery(t *testing.T) {
+	for _, status := range []int{401, 500} {
+		h, logs := newHandler(ModeV2)
+		req := newRequest("GET", "/api/v2/jobs?token=cgk_secret_value&limit=5", "req-q")
+		_ = h.ServeHTTP(httptest.NewRecorder(), req, failWith(apierr.New(status, "x", "m")))
+		entries := logs.All()
+		if len(entries) != 1 {
+			t.Fatalf("status %d: %d log entries, want 1", status, len(entries))
+		}
+		fields := entries[0].ContextMap()
+		if fields["path"] != "/api/v2/jobs" {
+			t.Fatalf("status %d: path = %v, want /api/v2/jobs", status, fields["path"])
+		}
+		for k, v := range fields {
+			if strings.Contains(fmt.Sprint(v), "cgk_secret_value") {
+				t.Fatalf("status %d: field %s = %v repeats the query's credential", status, k, v)
+			}
+		}
+	}
+}

@@ -15,12 +15,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/internal/apierr"
-	"github.com/comfygate/comfygate/modules/comfyauth"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/idem"
 	"github.com/comfygate/comfygate/internal/metrics"
 	"github.com/comfygate/comfygate/internal/principal"
+	"github.com/comfygate/comfygate/modules/comfyauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {

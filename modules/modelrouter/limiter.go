@@ -7,8 +7,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/router/limits"
+	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
 )
 

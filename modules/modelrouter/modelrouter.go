@@ -19,12 +19,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/comfygate/comfygate/modules/comfyauth"
-	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/internal/router/calls"
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/internal/router/provider"
+	"github.com/comfygate/comfygate/modules/comfyauth"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {

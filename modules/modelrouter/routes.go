@@ -15,12 +15,12 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/comfygate/comfygate/internal/apierr"
-	"github.com/comfygate/comfygate/modules/errorenvelope"
 	"github.com/comfygate/comfygate/internal/metrics"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/calls"
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/router/schema"
+	"github.com/comfygate/comfygate/modules/errorenvelope"
 )
 
 // maxSuggestions is how many ids a model_not_found detail names.

@@ -25,22 +25,13 @@ import (
 //   - a job requeued by ReclaimExpired keeps its place (CreatedAt) in the queue;
 //   - ListJobs treats a Limit outside 1..100 as 100.
 
-// jobGroups are the RunStore groups for storage.JobStore; RunJobs runs only these.
+// jobGroups are the RunStore groups for storage.JobStore.
 var jobGroups = []struct {
 	name  string
 	cases []storeCase
 }{
 	{"Jobs", jobCases},
 	{"JobLeases", jobLeaseCases},
-}
-
-// RunJobs runs only the storage.JobStore part of the conformance suite
-// (RunStore includes it). open follows the factory contract in the package doc.
-func RunJobs(t *testing.T, open func(t *testing.T) storage.Store) {
-	t.Helper()
-	for _, g := range jobGroups {
-		runGroup(t, g.name, g.cases, open)
-	}
 }
 
 // jobCases cover creating, reading, listing and queueing jobs.

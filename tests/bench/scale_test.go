@@ -435,7 +435,6 @@ func measureReaper(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
 	return r
 }
 
-
 func sizes(env, def string) []int {
 	v := os.Getenv(env)
 	if v == "" {

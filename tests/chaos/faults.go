@@ -92,11 +92,6 @@ func (p *Proxy) Latency(ms, jitter int) error {
 	return p.toxic("latency", "upstream", a)
 }
 
-// Bandwidth limits the dependency's answers to kbps KB/s.
-func (p *Proxy) Bandwidth(kbps int) error {
-	return p.toxic("bandwidth", "downstream", fmt.Sprintf(`{"rate":%d}`, kbps))
-}
-
 // Blackhole drops every byte both ways and never closes the connections
 // (toxiproxy's timeout toxic with timeout 0): a peer that vanished from
 // the network.

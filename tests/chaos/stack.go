@@ -147,15 +147,6 @@ func (s *Stack) Restart(t *testing.T, i int) {
 	s.Gateways[i] = s.startGateway(t, s.Gateways[i].Port)
 }
 
-// URLs are the gateways' base URLs.
-func (s *Stack) URLs() []string {
-	var u []string
-	for _, g := range s.Gateways {
-		u = append(u, g.URL)
-	}
-	return u
-}
-
 // s3Timeout is the stack's `blobs s3 { timeout }`: a silent store fails a
 // request within about four of it (three retries), inside HangBound.
 const s3Timeout = "timeout 2s"

@@ -285,7 +285,7 @@ func checkUsage(t *testing.T, out, account string, jobs int, execMS, credits int
 	t.Fatalf("no usage row for %s in %q", account, out)
 }
 
-// TestCreditsCLIDebit (issue 26, item 2): the README's form of a debit,
+// TestCreditsCLIDebit (issue 26, item 2): docs/credits.md's form of a debit,
 // `credits grant <account> -3`, debits without a "--" before the amount,
 // with the command's flags still parsed around it; a debit larger than
 // the balance is refused on both backends, says what the balance is, and

@@ -20,7 +20,7 @@ import (
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
-// recipe is a README recipe that a test runs as written: the blocks marked
+// recipe is a documented recipe that a test runs as written: the blocks marked
 // <!-- name: env --> (the reader's own settings, which the test supplies),
 // <!-- name: server --> (the command a reader leaves running) and
 // <!-- name --> (pasted into another terminal, in order).
@@ -29,19 +29,20 @@ type recipe struct {
 	clients     []string
 }
 
-// readRecipe extracts the ```sh blocks of a README marked for name.
-func readRecipe(t *testing.T, readme []byte, name string) recipe {
+// readRecipe extracts the ```sh blocks of a page (README.md, docs/…)
+// marked for name.
+func readRecipe(t *testing.T, page []byte, name string) recipe {
 	t.Helper()
 	marker := regexp.MustCompile(`^<!-- ` + regexp.QuoteMeta(name) + `(?:: (server|env))?\b.*-->$`)
 	var r recipe
-	lines := strings.Split(string(readme), "\n")
+	lines := strings.Split(string(page), "\n")
 	for i := 0; i < len(lines); i++ {
 		m := marker.FindStringSubmatch(lines[i])
 		if m == nil {
 			continue
 		}
 		if i+1 >= len(lines) || lines[i+1] != "```sh" {
-			t.Fatalf("README line %d: a %s marker must be followed by a ```sh block", i+1, name)
+			t.Fatalf("line %d: a %s marker must be followed by a ```sh block", i+1, name)
 		}
 		var block []string
 		for i += 2; i < len(lines) && lines[i] != "```"; i++ {
@@ -51,7 +52,7 @@ func readRecipe(t *testing.T, readme []byte, name string) recipe {
 		switch m[1] {
 		case "server":
 			if r.server != "" {
-				t.Fatalf("README: two %s server blocks", name)
+				t.Fatalf("two %s server blocks", name)
 			}
 			r.server = text
 		case "env":
@@ -61,7 +62,7 @@ func readRecipe(t *testing.T, readme []byte, name string) recipe {
 		}
 	}
 	if r.server == "" || len(r.clients) == 0 {
-		t.Fatalf("README has no %s recipe marked for this test (server block %q, %d other blocks)", name, r.server, len(r.clients))
+		t.Fatalf("no %s recipe marked for this test (server block %q, %d other blocks)", name, r.server, len(r.clients))
 	}
 	return r
 }
@@ -176,8 +177,8 @@ export -f go
 	checkInverted(t, filepath.Join(clone, "docs", "photo.png"), filepath.Join(clone, "inverted.png"))
 }
 
-// TestServerlessTrial (issue 26, item 8) runs the README's recipe for
-// trying the serverless example on one machine, as written, against the
+// TestServerlessTrial (issue 26, item 8) runs docs/serverless.md's recipe
+// for trying the serverless example on one machine, as written, against the
 // real binary (on PATH as comfygate), the test's Postgres schema and Redis:
 // the recipe's env block names exactly the variables the test supplies.
 // A deployment created with the CLI must answer its key's requests by
@@ -187,11 +188,11 @@ func TestServerlessTrial(t *testing.T) {
 	bin := gateway.Binary(t)
 	clone := t.TempDir()
 	copyTracked(t, gateway.RepoRoot(t), clone)
-	readme, err := os.ReadFile(filepath.Join(clone, "README.md"))
+	page, err := os.ReadFile(filepath.Join(clone, "docs", "serverless.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := readRecipe(t, readme, "serverless-trial")
+	r := readRecipe(t, page, "serverless-trial")
 	binDir := t.TempDir()
 	if err := os.Symlink(bin, filepath.Join(binDir, "comfygate")); err != nil {
 		t.Fatal(err)
