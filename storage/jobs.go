@@ -200,7 +200,7 @@ type JobStore interface {
 	// AddOutput creates the output's asset (owned by the job's account,
 	// JobID set) and appends the output, in one transaction, with publish
 	// called as in CreateAsset. ErrLeaseLost when the attempt lost the job.
-	AddOutput(ctx context.Context, id string, attempt int, out NewOutput, publish BlobFunc) (Output, error)
+	AddOutput(ctx context.Context, id string, attempt int, out NewOutput, publish Publisher) (Output, error)
 	// FinishJob ends the attempt with status (succeeded, failed or
 	// canceled) and, for failed, the error object; sets CompletedAt and
 	// drops the lease. ErrLeaseLost when the attempt lost the job.

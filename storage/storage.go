@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
 // Sentinel errors. Implementations wrap driver errors with %w but return these
@@ -37,9 +39,13 @@ var (
 
 // Asset is one asset record over an immutable, content-addressed blob.
 type Asset struct {
-	ID          string
-	AccountID   string
-	Hash        string // "blake3:<hex>"
+	ID        string
+	AccountID string
+	Hash      string // "blake3:<hex>"
+	// ObjectKey is the key of the object that holds the blob's bytes, as
+	// its blob row records it; "" for the object at Hash's own address.
+	// Reads go through Object, never through the hash alone.
+	ObjectKey   string
 	SizeBytes   int64
 	ContentType string
 	FilePath    string
@@ -53,6 +59,9 @@ type Asset struct {
 	// ExpiresAt is the asset's retention deadline; nil means never.
 	ExpiresAt *time.Time
 }
+
+// Object names the object that holds the asset's bytes.
+func (a Asset) Object() blob.Ref { return blob.Ref{Hash: a.Hash, Key: a.ObjectKey} }
 
 // NewAsset is what a caller supplies to create an asset.
 type NewAsset struct {
@@ -84,16 +93,49 @@ type Created struct {
 
 // BlobFunc touches a blob's bytes while the store holds the blob's record, so
 // that a concurrent create and delete of the same bytes cannot interleave
-// between the file system and the database.
-type BlobFunc func(hash string) error
+// between the blob store and the database. It is given the object the
+// record names.
+type BlobFunc func(obj blob.Ref) error
+
+// Publisher is the publish step of a create (CreateAsset, AddOutput): it
+// makes the create's bytes the blob's while the store holds the blob's
+// record. A blob.Upload is one.
+//
+// A blob's record keeps the object that holds its bytes (blob.Ref); the
+// hash is the record's key, so content addressing and dedup live in the
+// database, whatever key the blob store gave the object.
+type Publisher interface {
+	// Key is the key of the object the create's own bytes are in ("" for
+	// their content address). Before Publish, the store holds a key
+	// against RemoveOrphanBlobs until the create commits or fails, so that
+	// the sweep never removes an object a create is about to record.
+	Key() string
+	// Publish is called on every create, with the blob's record held. held
+	// is the object the record names, nil when the create's bytes are the
+	// first: Publish keeps it when it still holds the bytes, or else makes
+	// the create's own object visible. It returns the object that holds
+	// the bytes from now on, which the record is updated to name. If
+	// Publish fails nothing is recorded.
+	Publish(held *blob.Ref) (blob.Ref, error)
+}
+
+// PublishFunc is a Publisher that adds no object of its own (Key ""): a
+// create over bytes already stored (from-hash) checks held, and a test's
+// stand-in publishes at the content address.
+type PublishFunc func(held *blob.Ref) (blob.Ref, error)
+
+// Key is "": a PublishFunc has no object of its own to hold.
+func (PublishFunc) Key() string { return "" }
+
+// Publish calls f.
+func (f PublishFunc) Publish(held *blob.Ref) (blob.Ref, error) { return f(held) }
 
 // AssetStore keeps asset records and the blob references behind them.
 type AssetStore interface {
 	// CreateAsset records a over the blob a.Hash. publish is called with the
-	// blob's record held; it must make the bytes present (create-only) and is
-	// called on every create, present or not. If publish fails nothing is
-	// recorded.
-	CreateAsset(ctx context.Context, a NewAsset, publish BlobFunc) (Created, error)
+	// blob's record held, on every create, and its answer recorded as the
+	// blob's object (see Publisher). If publish fails nothing is recorded.
+	CreateAsset(ctx context.Context, a NewAsset, publish Publisher) (Created, error)
 	// GetAsset returns the account's asset, or ErrNotFound.
 	GetAsset(ctx context.Context, accountID, id string) (Asset, error)
 	// FindAsset returns the account's newest asset with this hash and file
@@ -107,18 +149,22 @@ type AssetStore interface {
 	AccountBlob(ctx context.Context, accountID, hash string) (size int64, ok bool, err error)
 	// DeleteAsset removes the record. When no record references the blob any
 	// more, remove is called with the blob's record held and must delete the
-	// bytes. Returns ErrNotFound, or ErrInUse while the asset is an output of
-	// a job that is not expired.
+	// object the record names. Returns ErrNotFound, or ErrInUse while the
+	// asset is an output of a job that is not expired.
 	DeleteAsset(ctx context.Context, accountID, id string, remove BlobFunc) error
 	// DeleteExpiredAssets removes up to limit assets whose ExpiresAt is before
 	// now, calling remove for blobs left unreferenced. It returns how many it removed.
 	DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove BlobFunc) (int, error)
-	// RemoveOrphanBlobs calls remove for each of hashes that no blob record
-	// names (bytes published by a create whose transaction then failed),
-	// holding the hash as a create and a delete do: a create of the same
-	// bytes waits for it and then publishes them again. It returns how many
-	// it removed, and the joined remove errors if any.
-	RemoveOrphanBlobs(ctx context.Context, hashes []string, remove BlobFunc) (int, error)
+	// RemoveOrphanBlobs calls remove for each of objects (a page of the
+	// blob store's List) that no blob record names: bytes published by a
+	// create whose transaction then failed, a record's object replaced by
+	// another, an object at a content address whose record names another
+	// key. An object at its address is held by its hash as a create and a
+	// delete hold it (a create of the same bytes waits, then publishes them
+	// again); an object with a key as a create holds its own key (see
+	// Publisher.Key). It returns how many it removed, and the joined remove
+	// errors if any.
+	RemoveOrphanBlobs(ctx context.Context, objects []blob.Ref, remove BlobFunc) (int, error)
 }
 
 // APIKey is an account-scoped credential. Only a digest of its secret is kept.

@@ -108,7 +108,7 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 		DeploymentID:   s.Deployment,
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
-	}, func(string) error { return req.Upload.Publish() })
+	}, req.Upload)
 	if err != nil {
 		return Result{}, storeErr(err)
 	}
@@ -176,7 +176,7 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 		DeploymentID:   s.Deployment,
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
-	}, func(hash string) error { return s.requirePresent(ctx, hash) })
+	}, storage.PublishFunc(func(held *blob.Ref) (blob.Ref, error) { return s.requirePresent(ctx, hash, held) }))
 	if err != nil {
 		return Result{}, storeErr(err)
 	}
@@ -184,12 +184,15 @@ func (s *Service) FromHash(ctx context.Context, account string, in FromHashReque
 }
 
 // requirePresent is the publish step of a create over bytes already stored:
-// it only checks that they are there.
-func (s *Service) requirePresent(ctx context.Context, hash string) error {
-	if _, err := s.Blobs.Stat(ctx, hash); err != nil {
-		return fmt.Errorf("blob %s is recorded but its bytes are not available: %w", hash, err)
+// it only checks that the recorded object is there.
+func (s *Service) requirePresent(ctx context.Context, hash string, held *blob.Ref) (blob.Ref, error) {
+	if held == nil {
+		return blob.Ref{}, fmt.Errorf("blob %s is not recorded", hash)
 	}
-	return nil
+	if _, err := s.Blobs.Stat(ctx, *held); err != nil {
+		return blob.Ref{}, fmt.Errorf("blob %s is recorded but its bytes are not available: %w", hash, err)
+	}
+	return *held, nil
 }
 
 // HasBlob reports whether the caller may mint from hash (HEAD by-hash).
@@ -252,14 +255,14 @@ func (s *Service) Open(ctx context.Context, account, id string) (storage.Asset, 
 
 // StatContent checks that the bytes of an asset (from Get) are available.
 func (s *Service) StatContent(ctx context.Context, a storage.Asset) error {
-	_, err := s.Blobs.Stat(ctx, a.Hash)
+	_, err := s.Blobs.Stat(ctx, a.Object())
 	return contentErr(err)
 }
 
 // OpenContent returns the bytes of an asset (from Get), the first Read
 // expected at from. The caller closes the reader.
 func (s *Service) OpenContent(ctx context.Context, a storage.Asset, from int64) (io.ReadSeekCloser, error) {
-	f, _, err := s.Blobs.Open(ctx, a.Hash, from)
+	f, _, err := s.Blobs.Open(ctx, a.Object(), from)
 	if err != nil {
 		return nil, contentErr(err)
 	}
@@ -284,19 +287,20 @@ func (s *Service) SweepExpired(ctx context.Context, limit int) (int, error) {
 	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.removeBlob(ctx))
 }
 
-// SweepOrphans checks up to limit published blobs after the address after
-// ("" = from the first) and removes those no record names (bytes a create
-// published in a transaction that then failed). It returns where the next
-// page starts ("" once the walk reached the end) and how many it removed.
-func (s *Service) SweepOrphans(ctx context.Context, after string, limit int) (next string, removed int, err error) {
-	hashes, err := s.Blobs.List(ctx, after, limit)
+// SweepOrphans checks up to limit published objects after after (the zero
+// Ref = from the first) and removes those no record names (bytes a create
+// published in a transaction that then failed, an object a record no
+// longer names). It returns where the next page starts (the zero Ref once
+// the walk reached the end) and how many it removed.
+func (s *Service) SweepOrphans(ctx context.Context, after blob.Ref, limit int) (next blob.Ref, removed int, err error) {
+	objects, err := s.Blobs.List(ctx, after, limit)
 	if err != nil {
 		return after, 0, err
 	}
-	if len(hashes) == limit {
-		next = hashes[len(hashes)-1]
+	if len(objects) == limit {
+		next = objects[len(objects)-1]
 	}
-	removed, err = s.Store.RemoveOrphanBlobs(ctx, hashes, s.removeBlob(ctx))
+	removed, err = s.Store.RemoveOrphanBlobs(ctx, objects, s.removeBlob(ctx))
 	return next, removed, err
 }
 

@@ -119,7 +119,7 @@ func wantAPIErr(t *testing.T, err error, status int, code string) {
 
 func blobExists(t *testing.T, s *Service, hash string) bool {
 	t.Helper()
-	_, err := s.Blobs.Stat(context.Background(), hash)
+	_, err := s.Blobs.Stat(context.Background(), blob.Ref{Hash: hash})
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestOpenMissingBytes(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newService(t)
 	a := upload(t, s, ctx, "acct", "a.png", []byte("vanishing")).Asset
-	if err := s.Blobs.Remove(ctx, a.Hash); err != nil {
+	if err := s.Blobs.Remove(ctx, a.Object()); err != nil {
 		t.Fatal(err)
 	}
 	_, f, err := s.Open(ctx, "acct", a.ID)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
 // APIRoot is the path segment every v2 route carries.
@@ -46,7 +47,7 @@ type Links struct {
 // ContentSigner presigns URLs at which the blob store itself serves a
 // blob (blob.Presigner).
 type ContentSigner interface {
-	PresignGet(hash, contentType string) (url string, expires time.Time, err error)
+	PresignGet(obj blob.Ref, contentType string) (url string, expires time.Time, err error)
 }
 
 // WithSigner returns links whose content URLs are presigned by s; a nil s
@@ -85,14 +86,15 @@ const ContentURLLifetime = time.Hour
 // AssetContent returns the URL of an asset's bytes.
 func (l Links) AssetContent(assetID string) string { return l.URL("/assets/" + assetID + "/content") }
 
-// Content returns the url and url_expires_at of an asset's bytes: a
-// presigned URL of the blob store and its expiry when the links carry a
-// signer, else the gateway's content route, announced for
-// ContentURLLifetime. Should presigning fail, the content route is given:
-// it answers with a fresh presigned URL, or the error, itself.
-func (l Links) Content(assetID, hash, contentType string, now time.Time) (string, time.Time) {
-	if l.signer != nil && hash != "" {
-		if u, expires, err := l.signer.PresignGet(hash, contentType); err == nil {
+// Content returns the url and url_expires_at of an asset's bytes (obj, the
+// object its blob row names): a presigned URL of the blob store and its
+// expiry when the links carry a signer, else the gateway's content route,
+// announced for ContentURLLifetime. Should presigning fail, the content
+// route is given: it answers with a fresh presigned URL, or the error,
+// itself.
+func (l Links) Content(assetID string, obj blob.Ref, contentType string, now time.Time) (string, time.Time) {
+	if l.signer != nil && obj.Hash != "" {
+		if u, expires, err := l.signer.PresignGet(obj, contentType); err == nil {
 			return u, expires
 		}
 	}

@@ -108,10 +108,11 @@ func TestParseAccepts(t *testing.T) {
 				strings.Join(req.Tags, "|") != strings.Join(tt.want.Tags, "|") {
 				t.Fatalf("got %+v\nwant %+v", *req, tt.want)
 			}
-			if err := req.Upload.Publish(); err != nil {
+			obj, err := req.Upload.Publish(nil)
+			if err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
-			f, _, err := s.Open(context.Background(), req.Hash, 0)
+			f, _, err := s.Open(context.Background(), obj, 0)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -380,7 +381,7 @@ func TestParseOverHTTP(t *testing.T) {
 		body := http.MaxBytesReader(w, r.Body, 2<<20)
 		req, err := Parse(r.Context(), body, r.Header.Get("Content-Type"), s, Limits{})
 		if err == nil {
-			err = req.Upload.Publish()
+			_, err = req.Upload.Publish(nil)
 		}
 		results <- result{err}
 		w.WriteHeader(http.StatusNoContent)

@@ -58,7 +58,7 @@ func stores() []struct {
 			}
 			return storeUnderTest{store: s, contents: func(t *testing.T) (objects, pending []string) {
 				for _, k := range cfg.Keys(t, "") {
-					if strings.HasPrefix(k, "gw/objects/") && !strings.Contains(k, "?uploadId=") {
+					if (strings.HasPrefix(k, "gw/objects/") || strings.HasPrefix(k, "gw/blobs/")) && !strings.Contains(k, "?uploadId=") {
 						objects = append(objects, k)
 					} else {
 						pending = append(pending, k)
@@ -157,13 +157,14 @@ func TestParseAnyOrder(t *testing.T) {
 						req.ExpiresIn != want.ExpiresIn || strings.Join(req.Tags, "|") != strings.Join(want.Tags, "|") {
 						t.Fatalf("got %+v\nwant %+v", *req, want)
 					}
-					if err := req.Upload.Publish(); err != nil {
+					obj, err := req.Upload.Publish(nil)
+					if err != nil {
 						t.Fatalf("Publish: %v", err)
 					}
 					if err := req.Upload.Abort(); err != nil {
 						t.Fatalf("Abort after Publish: %v", err)
 					}
-					f, _, err := s.store.Open(context.Background(), req.Hash, 0)
+					f, _, err := s.store.Open(context.Background(), obj, 0)
 					if err != nil {
 						t.Fatalf("Open: %v", err)
 					}
@@ -306,7 +307,8 @@ func TestParseRefusalKeepsStoredBytes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := req.Upload.Publish(); err != nil {
+				stored, err := req.Upload.Publish(nil)
+				if err != nil {
 					t.Fatal(err)
 				}
 				req.Upload.Abort()
@@ -324,7 +326,7 @@ func TestParseRefusalKeepsStoredBytes(t *testing.T) {
 					if len(objects) != 1 || len(pending) != 0 {
 						t.Fatalf("%s: store holds objects %v and pending %v; want the stored object only", partNames(fields), objects, pending)
 					}
-					if n, err := s.store.Stat(context.Background(), blakeHash(data)); err != nil || n != int64(len(data)) {
+					if n, err := s.store.Stat(context.Background(), stored); err != nil || n != int64(len(data)) {
 						t.Fatalf("%s: the stored object: %d, %v", partNames(fields), n, err)
 					}
 				}

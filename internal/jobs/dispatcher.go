@@ -334,7 +334,7 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			if err != nil {
 				return a, nil, err
 			}
-			f, _, err := d.Blobs.Open(ctx, a.Hash, 0)
+			f, _, err := d.Blobs.Open(ctx, a.Object(), 0)
 			return a, f, err
 		},
 		Progress: func(ctx context.Context, p Progress) {
@@ -407,7 +407,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 			// Outputs live as long as their job; the sweeper removes them after.
 			ExpiresAt: &expires,
 		},
-	}, func(string) error { return up.Publish() })
+	}, up)
 }
 
 // reap hands on jobs whose attempts died.

@@ -198,7 +198,7 @@ func TestDispatcherRunsInvert(t *testing.T) {
 		out.Asset.JobID != j.ID || out.Asset.AccountID != "acct" || !strings.HasPrefix(out.Asset.FilePath, j.ID+"/") {
 		t.Fatalf("output = %+v", out)
 	}
-	f, _, err := e.blobs.Open(context.Background(), out.Asset.Hash, 0)
+	f, _, err := e.blobs.Open(context.Background(), out.Asset.Object(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (e *env) addAsset(t *testing.T, account, filePath string, data []byte) stor
 	created, err := e.store.CreateAsset(context.Background(), storage.NewAsset{
 		ID: uuid.NewString(), AccountID: account, Hash: hash, SizeBytes: size,
 		ContentType: "image/png", FilePath: filePath,
-	}, func(string) error { return up.Publish() })
+	}, up)
 	if err != nil {
 		t.Fatal(err)
 	}

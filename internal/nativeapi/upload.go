@@ -224,11 +224,10 @@ func (s *Service) saveUpload(ctx context.Context, account string, form *uploadFo
 		t := time.Now().Add(d).UTC()
 		expires = &t
 	}
-	up := form.upload
 	_, err := s.Assets.Store.CreateAsset(ctx, storage.NewAsset{
 		ID: storage.NewID(), AccountID: account, Hash: form.hash, SizeBytes: form.size,
 		ContentType: form.contentType, FilePath: path.Join(form.subfolder, name), ExpiresAt: expires,
-	}, func(string) error { return up.Publish() })
+	}, form.upload)
 	if err != nil {
 		return FileRef{}, apierr.Upstream(err)
 	}

@@ -223,7 +223,7 @@ func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Se
 		return err
 	}
 	if signer := h.app.Presigner(); signer != nil {
-		url, _, err := signer.PresignGet(a.Hash, a.ContentType)
+		url, _, err := signer.PresignGet(a.Object(), a.ContentType)
 		if err != nil {
 			return apierr.Upstream(err)
 		}

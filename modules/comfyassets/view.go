@@ -34,7 +34,7 @@ func View(a storage.Asset, links httpx.Links, createdNew *bool, now time.Time) a
 		CreatedAt:   httpx.Time(a.CreatedAt),
 		ExpiresAt:   httpx.TimePtr(a.ExpiresAt),
 	}
-	url, expires := links.Content(a.ID, a.Hash, a.ContentType, now)
+	url, expires := links.Content(a.ID, a.Object(), a.ContentType, now)
 	v.URL, v.URLExpiresAt = url, httpx.Time(expires)
 	if a.Hash != "" {
 		h := a.Hash

@@ -44,6 +44,13 @@ type S3BlobsConfig struct {
 	// the store valid this long (at most 7 days), and GET …/content a 302
 	// to a fresh one. Unset: content is served through the gateway.
 	Presign caddy.Duration `json:"presign,omitempty"`
+	// PublicEndpoint is the base URL at which clients reach the store,
+	// https://host[:port], when it differs from Endpoint (an internal
+	// address, a private network name): presigned URLs name it. The
+	// signature covers the host, so a proxy or CDN there must pass
+	// requests on to the store with that Host header unchanged. Only with
+	// Presign. Accepts {env.X}.
+	PublicEndpoint string `json:"public_endpoint,omitempty"`
 	// PartSize is the multipart part size in bytes (at least 5 MiB): an
 	// upload holds at most three parts in memory, and S3 allows 10,000
 	// parts, so max_upload_size may be at most 10,000 parts. Default 8 MiB.
@@ -65,7 +72,7 @@ func (a *App) applyBlobDefaults(repl *caddy.Replacer) {
 		a.Blobs.Backend = BlobsFileSystem
 	}
 	if s := a.Blobs.S3; s != nil {
-		for _, f := range []*string{&s.Endpoint, &s.Bucket, &s.Region, &s.Prefix, &s.AccessKey, &s.SecretKey} {
+		for _, f := range []*string{&s.Endpoint, &s.PublicEndpoint, &s.Bucket, &s.Region, &s.Prefix, &s.AccessKey, &s.SecretKey} {
 			*f = repl.ReplaceKnown(*f, "")
 		}
 	}
@@ -95,6 +102,9 @@ func (c *BlobsConfig) validate(maxUpload int64) error {
 		if c.S3 == nil {
 			return fmt.Errorf("comfygate: blobs s3 needs its settings")
 		}
+		if c.S3.PublicEndpoint != "" && c.S3.Presign <= 0 {
+			return fmt.Errorf("comfygate: blobs s3: public_endpoint is only used by presign, which is off")
+		}
 		if _, err := s3blob.New(c.S3.storeConfig()); err != nil {
 			return fmt.Errorf("comfygate: blobs s3: %w", err)
 		}
@@ -111,7 +121,7 @@ func (c *S3BlobsConfig) storeConfig() s3blob.Config {
 	return s3blob.Config{
 		Endpoint: c.Endpoint, Bucket: c.Bucket, Region: c.Region, Prefix: c.Prefix,
 		AccessKey: c.AccessKey, SecretKey: c.SecretKey, PathStyle: c.PathStyle,
-		PresignTTL: time.Duration(c.Presign), PartSize: c.PartSize, Timeout: time.Duration(c.Timeout),
+		PresignTTL: time.Duration(c.Presign), PublicEndpoint: c.PublicEndpoint, PartSize: c.PartSize, Timeout: time.Duration(c.Timeout),
 	}
 }
 
@@ -150,6 +160,7 @@ func (r *resources) presigner() blob.Presigner {
 //		secret_key <secret>
 //		path_style
 //		presign [<ttl>]
+//		public_endpoint <url>
 //		part_size <size>
 //		timeout <duration>
 //	}
@@ -216,7 +227,7 @@ func unmarshalBlobs(d *caddyfile.Dispenser) (*BlobsConfig, error) {
 			s.PartSize = int64(n)
 			continue
 		}
-		into := map[string]*string{"endpoint": &s.Endpoint, "bucket": &s.Bucket, "region": &s.Region,
+		into := map[string]*string{"endpoint": &s.Endpoint, "public_endpoint": &s.PublicEndpoint, "bucket": &s.Bucket, "region": &s.Region,
 			"prefix": &s.Prefix, "access_key": &s.AccessKey, "secret_key": &s.SecretKey}[name]
 		if into == nil {
 			return nil, d.Errf("unknown blobs s3 option %q", name)

@@ -26,11 +26,12 @@ func TestUnmarshalBlobs(t *testing.T) {
 			secret_key {env.SK}
 			path_style
 			presign 15m
+			public_endpoint https://cdn.example.com
 			part_size 16MiB
 			timeout 30s
 		}`, want: BlobsConfig{Backend: "s3", S3: &S3BlobsConfig{Endpoint: "https://s3.example.com", Bucket: "assets",
 			Region: "eu-west-1", Prefix: "gw/", AccessKey: "{env.AK}", SecretKey: "{env.SK}", PathStyle: true,
-			Presign: caddy.Duration(15 * time.Minute), PartSize: 16 << 20, Timeout: caddy.Duration(30 * time.Second)}}},
+			Presign: caddy.Duration(15 * time.Minute), PublicEndpoint: "https://cdn.example.com", PartSize: 16 << 20, Timeout: caddy.Duration(30 * time.Second)}}},
 		{name: "presign default ttl", in: "blobs s3 {\n endpoint http://h:1\n bucket b\n presign\n}",
 			want: BlobsConfig{Backend: "s3", S3: &S3BlobsConfig{Endpoint: "http://h:1", Bucket: "b", Presign: caddy.Duration(time.Hour)}}},
 		{name: "unknown backend", in: `blobs gcs x`, wantErr: "unknown blobs backend"},
@@ -42,6 +43,7 @@ func TestUnmarshalBlobs(t *testing.T) {
 		{name: "bad ttl", in: "blobs s3 {\n presign soon\n}", wantErr: "presign"},
 		{name: "path_style with a value", in: "blobs s3 {\n path_style yes\n}", wantErr: "wrong argument count"},
 		{name: "two endpoints", in: "blobs s3 {\n endpoint a b\n}", wantErr: "wrong argument count"},
+		{name: "public_endpoint without a value", in: "blobs s3 {\n public_endpoint\n}", wantErr: "wrong argument count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +87,13 @@ func TestValidateBlobs(t *testing.T) {
 		{"endpoint without scheme", s3(func(c *S3BlobsConfig) { c.Endpoint = "s3.example.com" }), 0, "endpoint"},
 		{"endpoint with a path", s3(func(c *S3BlobsConfig) { c.Endpoint = "https://h/bucket" }), 0, "endpoint"},
 		{"no bucket", s3(func(c *S3BlobsConfig) { c.Bucket = "" }), 0, "bucket"},
+		{"public endpoint with presign", s3(func(c *S3BlobsConfig) {
+			c.Presign, c.PublicEndpoint = caddy.Duration(time.Hour), "https://cdn.example.com:8443"
+		}), 0, ""},
+		{"public endpoint without presign", s3(func(c *S3BlobsConfig) { c.PublicEndpoint = "https://cdn.example.com" }), 0, "only used by presign"},
+		{"public endpoint with a path", s3(func(c *S3BlobsConfig) {
+			c.Presign, c.PublicEndpoint = caddy.Duration(time.Hour), "https://cdn.example.com/s3"
+		}), 0, "public endpoint"},
 		{"presign over 7 days", s3(func(c *S3BlobsConfig) { c.Presign = caddy.Duration(8 * 24 * time.Hour) }), 0, "presign"},
 		{"negative timeout", s3(func(c *S3BlobsConfig) { c.Timeout = caddy.Duration(-time.Second) }), 0, "timeout"},
 		{"part_size under 5 MiB", s3(func(c *S3BlobsConfig) { c.PartSize = 4 << 20 }), 0, "part size"},

@@ -77,7 +77,7 @@ type App struct {
 	stopped    []<-chan struct{}
 	// orphanCursor is where the orphan-blob sweep goes on (maintain's
 	// goroutine only).
-	orphanCursor string
+	orphanCursor blob.Ref
 }
 
 // StorageConfig selects a storage backend.

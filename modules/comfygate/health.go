@@ -56,7 +56,7 @@ func (a *App) Readiness(ctx context.Context) []DependencyStatus {
 	checks := map[string]func(context.Context) error{
 		"storage": r.store.Ping,
 		"blobs": func(ctx context.Context) error {
-			if _, err := r.blobs.Stat(ctx, absentHash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if _, err := r.blobs.Stat(ctx, blob.Ref{Hash: absentHash}); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			return nil

@@ -116,7 +116,7 @@ func outputView(o storage.Output, jobID string, links httpx.Links, now time.Time
 		ID:          o.Asset.ID,
 		JobID:       jobID,
 	}
-	url, expires := links.Content(o.Asset.ID, o.Asset.Hash, o.Asset.ContentType, now)
+	url, expires := links.Content(o.Asset.ID, o.Asset.Object(), o.Asset.ContentType, now)
 	v.URL, v.URLExpiresAt = url, httpx.Time(expires)
 	if o.Asset.Hash != "" {
 		h := o.Asset.Hash

@@ -1,6 +1,7 @@
 // Package blob is the blob-store contract (Store, Upload) and its
-// file_system implementation: immutable bytes addressed by their blake3
-// digest under <dir>/objects/ab/cd/<hex>.
+// file_system implementation: immutable bytes at their blake3 digest's
+// address, <dir>/objects/ab/cd/<hex>. The file_system store keeps every
+// object at its address (its Refs have no Key): a link costs nothing.
 //
 // Bytes arrive through an Upload, a temp file under <dir>/tmp (the same file
 // system as objects, so that publishing is a link, not a copy). An object path
@@ -72,9 +73,13 @@ func (f *FileSystem) NewUpload(_ context.Context, expected string) (Upload, erro
 	return u, nil
 }
 
-// objectPath validates hash and returns where its object lives.
-func (f *FileSystem) objectPath(hash string) (string, error) {
-	hex, err := canonicalHex(hash)
+// objectPath validates obj and returns where its object lives. Objects
+// here have no key: one is not a Ref this store made.
+func (f *FileSystem) objectPath(obj Ref) (string, error) {
+	if obj.Key != "" {
+		return "", fmt.Errorf("%w: the file_system store keeps objects at their address, not at %q", ErrInvalidKey, obj.Key)
+	}
+	hex, err := canonicalHex(obj.Hash)
 	if err != nil {
 		return "", err
 	}
@@ -82,14 +87,15 @@ func (f *FileSystem) objectPath(hash string) (string, error) {
 	return p, nil
 }
 
-// Open opens the object for hash, positioned at from, and returns it with
-// its size. A missing object yields an error wrapping fs.ErrNotExist. The
-// reader is the *os.File itself, so that serving it can use sendfile.
-func (f *FileSystem) Open(_ context.Context, hash string, from int64) (io.ReadSeekCloser, int64, error) {
-	p, err := f.objectPath(hash)
+// Open opens the object, positioned at from, and returns it with its size.
+// A missing object yields an error wrapping fs.ErrNotExist. The reader is
+// the *os.File itself, so that serving it can use sendfile.
+func (f *FileSystem) Open(_ context.Context, obj Ref, from int64) (io.ReadSeekCloser, int64, error) {
+	p, err := f.objectPath(obj)
 	if err != nil {
 		return nil, 0, err
 	}
+	hash := obj.Hash
 	file, err := os.Open(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -111,13 +117,14 @@ func (f *FileSystem) Open(_ context.Context, hash string, from int64) (io.ReadSe
 	return file, st.Size(), nil
 }
 
-// Stat returns the size of the object for hash, or an error wrapping
+// Stat returns the size of the object, or an error wrapping
 // fs.ErrNotExist.
-func (f *FileSystem) Stat(_ context.Context, hash string) (int64, error) {
-	p, err := f.objectPath(hash)
+func (f *FileSystem) Stat(_ context.Context, obj Ref) (int64, error) {
+	p, err := f.objectPath(obj)
 	if err != nil {
 		return 0, err
 	}
+	hash := obj.Hash
 	st, err := os.Stat(p)
 	switch {
 	case err == nil:
@@ -129,13 +136,14 @@ func (f *FileSystem) Stat(_ context.Context, hash string) (int64, error) {
 	}
 }
 
-// Remove deletes the object for hash; a missing object is success. Shard
+// Remove deletes the object; a missing object is success. Shard
 // directories are kept: removing them would race with a concurrent Publish.
-func (f *FileSystem) Remove(_ context.Context, hash string) error {
-	p, err := f.objectPath(hash)
+func (f *FileSystem) Remove(_ context.Context, obj Ref) error {
+	p, err := f.objectPath(obj)
 	if err != nil {
 		return err
 	}
+	hash := obj.Hash
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("blob: remove %s: %w", hash, err)
 	}

@@ -48,20 +48,20 @@ func TestOpenExistsRemove(t *testing.T) {
 	if _, _, err := u.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Publish(); err != nil {
+	if _, err := u.Publish(nil); err != nil {
 		t.Fatal(err)
 	}
 
 	hexd := hash[len(HashPrefix):]
 	invalid := []string{"", HashPrefix + strings.ToUpper(hexd), HashPrefix + "../" + hexd[3:], hash + "/..", "sha256:" + hexd}
 	for _, h := range invalid {
-		if _, _, err := s.Open(bg, h, 0); !errors.Is(err, ErrInvalidHash) {
+		if _, _, err := s.Open(bg, Ref{Hash: h}, 0); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidHash", h, err)
 		}
 		if _, err := exists(s, h); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Exists(%q) = %v, want ErrInvalidHash", h, err)
 		}
-		if err := s.Remove(bg, h); !errors.Is(err, ErrInvalidHash) {
+		if err := s.Remove(bg, Ref{Hash: h}); !errors.Is(err, ErrInvalidHash) {
 			t.Errorf("Remove(%q) = %v, want ErrInvalidHash", h, err)
 		}
 	}
@@ -77,7 +77,7 @@ func TestOpenExistsRemove(t *testing.T) {
 			if err != nil || ok != tt.wantExists {
 				t.Fatalf("Exists = %v, %v; want %v", ok, err, tt.wantExists)
 			}
-			f, size, err := s.Open(bg, tt.hash, 0)
+			f, size, err := s.Open(bg, Ref{Hash: tt.hash}, 0)
 			if !tt.wantExists {
 				if !errors.Is(err, fs.ErrNotExist) {
 					t.Fatalf("Open(missing) = %v, want fs.ErrNotExist", err)
@@ -94,10 +94,10 @@ func TestOpenExistsRemove(t *testing.T) {
 		})
 	}
 
-	if err := s.Remove(bg, hash); err != nil {
+	if err := s.Remove(bg, Ref{Hash: hash}); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if err := s.Remove(bg, hash); err != nil {
+	if err := s.Remove(bg, Ref{Hash: hash}); err != nil {
 		t.Fatalf("Remove of a missing object: %v", err)
 	}
 	if ok, _ := exists(s, hash); ok {
@@ -157,7 +157,7 @@ func TestSweepTemp(t *testing.T) {
 	if _, _, err := stale[0].Finish(); err != nil {
 		t.Fatalf("Finish after sweep: %v", err)
 	}
-	if err := stale[0].Publish(); err == nil {
+	if _, err := stale[0].Publish(nil); err == nil {
 		t.Fatal("Publish of a swept upload succeeded")
 	}
 	if err := os.Remove(foreign); err != nil {

@@ -77,7 +77,7 @@ func openUpload(s *FileSystem) (*fileUpload, error) {
 
 // exists reports whether s holds hash.
 func exists(s *FileSystem, hash string) (bool, error) {
-	_, err := s.Stat(bg, hash)
+	_, err := s.Stat(bg, Ref{Hash: hash})
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}

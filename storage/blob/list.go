@@ -10,22 +10,26 @@ import (
 	"strings"
 )
 
-// List returns up to limit published addresses after after, in ascending
-// order. The shard directories (<hex[0:2]>/<hex[2:4]>/<hex>) sort as the
-// addresses do, so the walk reads only the directories at or past after's.
-func (f *FileSystem) List(ctx context.Context, after string, limit int) ([]string, error) {
+// List returns up to limit published objects after after, in ascending
+// order of their addresses. The shard directories
+// (<hex[0:2]>/<hex[2:4]>/<hex>) sort as the addresses do, so the walk reads
+// only the directories at or past after's.
+func (f *FileSystem) List(ctx context.Context, after Ref, limit int) ([]Ref, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	afterHex := ""
-	if after != "" {
-		hx, err := canonicalHex(after)
+	if after != (Ref{}) {
+		if after.Key != "" {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidKey, after.Key)
+		}
+		hx, err := canonicalHex(after.Hash)
 		if err != nil {
 			return nil, err
 		}
 		afterHex = hx
 	}
-	var out []string
+	var out []Ref
 	firsts, err := readSortedDir(f.objects)
 	if err != nil {
 		return nil, err
@@ -56,7 +60,7 @@ func (f *FileSystem) List(ctx context.Context, after string, limit int) ([]strin
 				if _, err := canonicalHex(HashPrefix + name); err != nil {
 					continue // not an object this store wrote
 				}
-				out = append(out, HashPrefix+name)
+				out = append(out, Ref{Hash: HashPrefix + name})
 				if len(out) == limit {
 					return out, nil
 				}

@@ -134,6 +134,9 @@ func (u *fileUpload) ReadFrom(r io.Reader) (int64, error) {
 	}
 }
 
+// Key is "": the file_system store publishes at the content address.
+func (u *fileUpload) Key() string { return "" }
+
 // Finish flushes the buffer, fsyncs and closes the temp file, and returns the
 // content address and size. It may be called again and returns the same.
 func (u *fileUpload) Finish() (hash string, size int64, err error) {
@@ -165,22 +168,32 @@ func (u *fileUpload) Finish() (hash string, size int64, err error) {
 	return u.hash, u.size, nil
 }
 
-// Publish makes the finished bytes visible at their content address. The
-// object is created by link(2), which never replaces an existing name, so a
-// concurrent Publish of the same bytes cannot expose a partial file; an
-// object already present is success. The shard directories are fsynced on
-// every call (even when the object already existed, since another publisher
-// may not have synced yet) so that the object survives a crash once Publish
-// returns. The temp file is removed.
-func (u *fileUpload) Publish() error {
+// Publish makes the finished bytes visible at their content address, the
+// only place this store keeps them (held, which can only name that object,
+// needs no look: an object already there is kept). The object is created
+// by link(2), which never replaces an existing name, so a concurrent
+// Publish of the same bytes cannot expose a partial file. The shard
+// directories are fsynced on every call (even when the object already
+// existed, since another publisher may not have synced yet) so that the
+// object survives a crash once Publish returns. The temp file is removed.
+func (u *fileUpload) Publish(*Ref) (Ref, error) {
 	switch u.state {
 	case statePublished:
-		return nil
+		return Ref{Hash: u.hash}, nil
 	case stateWriting:
-		return fmt.Errorf("%w: Publish before Finish", ErrUploadState)
+		return Ref{}, fmt.Errorf("%w: Publish before Finish", ErrUploadState)
 	case stateAborted:
-		return fmt.Errorf("%w: Publish after Abort", ErrUploadState)
+		return Ref{}, fmt.Errorf("%w: Publish after Abort", ErrUploadState)
 	}
+	if err := u.publish(); err != nil {
+		return Ref{}, err
+	}
+	u.state = statePublished
+	return Ref{Hash: u.hash}, nil
+}
+
+// publish links the temp file at the content address.
+func (u *fileUpload) publish() error {
 	if u.expected != "" && u.expected != u.hash {
 		return fmt.Errorf("%w: %s, not %s", ErrHashMismatch, u.hash, u.expected)
 	}
@@ -211,7 +224,6 @@ func (u *fileUpload) Publish() error {
 	if err := os.Remove(u.tmpPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("blob: remove temp file: %w", err)
 	}
-	u.state = statePublished
 	return nil
 }
 

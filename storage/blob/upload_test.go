@@ -55,7 +55,7 @@ func TestUploadRoundTrip(t *testing.T) {
 			if ok, _ := exists(s, hash); ok {
 				t.Fatal("object exists before Publish")
 			}
-			if err := u.Publish(); err != nil {
+			if _, err := u.Publish(nil); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
 			assertTempEmpty(t, s)
@@ -63,7 +63,7 @@ func TestUploadRoundTrip(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(s.Dir(), "objects", hexd[:2], hexd[2:4], hexd)); err != nil {
 				t.Fatalf("object not at sharded path: %v", err)
 			}
-			f, n, err := s.Open(bg, hash, 0)
+			f, n, err := s.Open(bg, Ref{Hash: hash}, 0)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
@@ -101,7 +101,7 @@ func TestConcurrentPublishSameBytes(t *testing.T) {
 	for i, u := range uploads {
 		wg.Go(func() {
 			<-start
-			errs[i] = u.Publish()
+			_, errs[i] = u.Publish(nil)
 		})
 	}
 	close(start)
@@ -116,7 +116,7 @@ func TestConcurrentPublishSameBytes(t *testing.T) {
 	if len(objects) != 1 {
 		t.Fatalf("objects = %v, want exactly one", objects)
 	}
-	f, _, err := s.Open(bg, hashOf(data), 0)
+	f, _, err := s.Open(bg, Ref{Hash: hashOf(data)}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestPublishHealsDamagedObject(t *testing.T) {
 	if _, _, err := u.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Publish(); err != nil {
+	if _, err := u.Publish(nil); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	got, err := os.ReadFile(filepath.Join(dir, hexd))

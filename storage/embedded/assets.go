@@ -9,22 +9,26 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
-// assetColumns is the SELECT list scanAsset reads, in order.
+// assetColumns is the SELECT list scanAsset reads, in order: the asset's
+// columns and its blob's object key.
 const assetColumns = `id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at,
-	coalesce(deployment_id, '')`
+	coalesce(deployment_id, ''), coalesce((SELECT b.object_key FROM blobs b WHERE b.hash = assets.hash), '')`
 
 // newestFirst orders ties on created_at by insertion order.
 const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
 
 // CreateAsset records a over the blob a.Hash in one write transaction: it
 // takes a reference on the blob row, calls publish while that row (and the
-// whole database) is held, inserts the asset, and commits. Any failure rolls
-// every step back. A duplicate ID or idempotency key is refused with
-// storage.ErrDuplicate before publish is called, so a refused create makes no
-// bytes present.
-func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+// whole database) is held, records the object publish answers with,
+// inserts the asset, and commits. Any failure rolls every step back. A
+// duplicate ID or idempotency key is refused with storage.ErrDuplicate
+// before publish is called, so a refused create makes no bytes present.
+// Holding the whole database also holds the create's own object key
+// against RemoveOrphanBlobs, which runs in a write transaction too.
+func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	var created storage.Created
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -39,12 +43,12 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 
 // createAssetTx is CreateAsset inside the caller's write transaction (which
 // AddOutput shares with the job output row).
-func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	if a.ID == "" || a.AccountID == "" || a.Hash == "" {
 		return storage.Created{}, errors.New("embedded: CreateAsset needs ID, AccountID and Hash")
 	}
 	if publish == nil {
-		return storage.Created{}, errors.New("embedded: CreateAsset needs a publish func")
+		return storage.Created{}, errors.New("embedded: CreateAsset needs a publisher")
 	}
 	tags := a.Tags
 	if tags == nil {
@@ -79,13 +83,33 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 		a.AccountID, a.Hash).Scan(&created.AccountHadBlob); err != nil {
 		return storage.Created{}, fmt.Errorf("embedded: check account blob: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO blobs (hash, size, refs) VALUES (?, ?, 1)
-		ON CONFLICT (hash) DO UPDATE SET refs = refs + 1`, a.Hash, a.SizeBytes); err != nil {
+	// A new row names the create's own object; refs tells a new row from
+	// one recorded before (rows are never committed with refs 0).
+	var refs int64
+	var recorded string
+	if err := tx.QueryRowContext(ctx, `INSERT INTO blobs (hash, size, refs, object_key) VALUES (?, ?, 1, nullif(?, ''))
+		ON CONFLICT (hash) DO UPDATE SET refs = refs + 1 RETURNING refs, coalesce(object_key, '')`,
+		a.Hash, a.SizeBytes, publish.Key()).Scan(&refs, &recorded); err != nil {
 		return storage.Created{}, fmt.Errorf("embedded: reference blob: %w", err)
 	}
-	if err := publish(a.Hash); err != nil {
+	var held *blob.Ref
+	if refs > 1 {
+		held = &blob.Ref{Hash: a.Hash, Key: recorded}
+	}
+	obj, err := publish.Publish(held)
+	if err == nil && obj.Hash != a.Hash {
+		err = fmt.Errorf("published %s for %s", obj.Hash, a.Hash)
+	}
+	if err != nil {
 		return storage.Created{}, fmt.Errorf("embedded: publish blob: %w: %w", storage.ErrNotCommitted, err)
 	}
+	if obj.Key != recorded {
+		// The recorded object was gone and the create's own replaced it.
+		if _, err := tx.ExecContext(ctx, `UPDATE blobs SET object_key = nullif(?, '') WHERE hash = ?`, obj.Key, a.Hash); err != nil {
+			return storage.Created{}, fmt.Errorf("embedded: record blob object: %w", err)
+		}
+	}
+	created.Asset.ObjectKey = obj.Key
 	_, err = tx.ExecContext(ctx, `INSERT INTO assets
 		(id, account_id, hash, size_bytes, content_type, file_path, tags, job_id, created_at, expires_at, idempotency_key,
 		 deployment_id)
@@ -224,11 +248,13 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 }
 
 // releaseBlob drops one reference on hash inside tx; at zero it deletes the
-// blob row and calls remove while the transaction still holds it.
+// blob row and calls remove on the object it named while the transaction
+// still holds it.
 func releaseBlob(ctx context.Context, tx *sql.Tx, hash string, remove storage.BlobFunc) error {
 	var refs int64
+	obj := blob.Ref{Hash: hash}
 	err := tx.QueryRowContext(ctx,
-		`UPDATE blobs SET refs = refs - 1 WHERE hash = ? RETURNING refs`, hash).Scan(&refs)
+		`UPDATE blobs SET refs = refs - 1 WHERE hash = ? RETURNING refs, coalesce(object_key, '')`, hash).Scan(&refs, &obj.Key)
 	if err != nil {
 		return fmt.Errorf("embedded: release blob: %w", err)
 	}
@@ -241,8 +267,8 @@ func releaseBlob(ctx context.Context, tx *sql.Tx, hash string, remove storage.Bl
 	if remove == nil {
 		return errors.New("embedded: last reference dropped without a remove func")
 	}
-	if err := remove(hash); err != nil {
-		return fmt.Errorf("embedded: remove blob: %w", err)
+	if err := remove(obj); err != nil {
+		return fmt.Errorf("embedded: remove blob %s: %w", obj, err)
 	}
 	return nil
 }
@@ -271,7 +297,7 @@ func scanAsset(row scanner, lead ...any) (storage.Asset, error) {
 		jobID, expiresAt sql.NullString
 	)
 	dest := append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&tags, &jobID, &createdAt, &expiresAt, &a.DeploymentID)
+		&tags, &jobID, &createdAt, &expiresAt, &a.DeploymentID, &a.ObjectKey)
 	if err := row.Scan(dest...); err != nil {
 		return storage.Asset{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/storetest"
 )
 
@@ -72,7 +73,7 @@ func TestReopenKeepsData(t *testing.T) {
 		t.Fatalf("Migrate: %v", err)
 	}
 	a := storage.NewAsset{ID: "a1", AccountID: "acct", Hash: "blake3:00", FilePath: "x.png"}
-	if _, err := s.CreateAsset(ctx, a, func(string) error { return nil }); err != nil {
+	if _, err := s.CreateAsset(ctx, a, atAddress(a.Hash)); err != nil {
 		t.Fatalf("CreateAsset: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -116,18 +117,18 @@ func TestRemoveFailureKeepsAsset(t *testing.T) {
 	ctx := context.Background()
 	s := openMigrated(t)
 	a := storage.NewAsset{ID: "a1", AccountID: "acct", Hash: "blake3:01", FilePath: "x.png"}
-	if _, err := s.CreateAsset(ctx, a, func(string) error { return nil }); err != nil {
+	if _, err := s.CreateAsset(ctx, a, atAddress(a.Hash)); err != nil {
 		t.Fatalf("CreateAsset: %v", err)
 	}
 	boom := os.ErrPermission
-	if err := s.DeleteAsset(ctx, "acct", "a1", func(string) error { return boom }); err == nil {
+	if err := s.DeleteAsset(ctx, "acct", "a1", func(blob.Ref) error { return boom }); err == nil {
 		t.Fatal("DeleteAsset with a failing remove succeeded")
 	}
 	if _, err := s.GetAsset(ctx, "acct", "a1"); err != nil {
 		t.Fatalf("asset gone after a failed remove: %v", err)
 	}
 	removed := 0
-	if err := s.DeleteAsset(ctx, "acct", "a1", func(string) error { removed++; return nil }); err != nil {
+	if err := s.DeleteAsset(ctx, "acct", "a1", func(blob.Ref) error { removed++; return nil }); err != nil {
 		t.Fatalf("retry DeleteAsset: %v", err)
 	}
 	if removed != 1 {
@@ -153,4 +154,10 @@ func TestConnectionPragmas(t *testing.T) {
 			t.Errorf("%s: journal_mode %s, foreign_keys %d, cache_size %d; want wal, 1, %d", name, mode, fk, cache, -pageCacheKiB)
 		}
 	}
+}
+
+// atAddress is the publish step of a create whose bytes are at their
+// address.
+func atAddress(hash string) storage.Publisher {
+	return storage.PublishFunc(func(*blob.Ref) (blob.Ref, error) { return blob.Ref{Hash: hash}, nil })
 }

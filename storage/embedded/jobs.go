@@ -21,7 +21,8 @@ const jobColumns = `id, account_id, pool, status, workflow, created_at, started_
 
 // assetColumnsA is assetColumns qualified for joins with job_outputs.
 const assetColumnsA = `a.id, a.account_id, a.hash, a.size_bytes, a.content_type, a.file_path, a.tags,
-	a.job_id, a.created_at, a.expires_at, coalesce(a.deployment_id, '')`
+	a.job_id, a.created_at, a.expires_at, coalesce(a.deployment_id, ''),
+	coalesce((SELECT b.object_key FROM blobs b WHERE b.hash = a.hash), '')`
 
 // ownsLease is the condition every attempt write carries: the attempt still
 // holds the job. It is how a reclaimed attempt's late writes are refused.

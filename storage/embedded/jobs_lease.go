@@ -191,13 +191,13 @@ func leaseHeld(res sql.Result) error {
 // AddOutput creates the output's asset (the job's account, JobID set) over
 // its blob with publish called while the write transaction holds the blob's
 // record, and appends the output with the next seq; all or nothing.
-func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out storage.NewOutput, publish storage.BlobFunc) (storage.Output, error) {
+func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out storage.NewOutput, publish storage.Publisher) (storage.Output, error) {
 	a := out.Asset
 	if a.ID == "" || a.Hash == "" {
 		return storage.Output{}, errors.New("embedded: AddOutput needs an asset ID and Hash")
 	}
 	if publish == nil {
-		return storage.Output{}, errors.New("embedded: AddOutput needs a publish func")
+		return storage.Output{}, errors.New("embedded: AddOutput needs a publisher")
 	}
 	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {

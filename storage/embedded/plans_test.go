@@ -13,6 +13,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/tests/bench/seed"
 )
 
@@ -128,7 +129,7 @@ func TestQueryPlansAtScale(t *testing.T) {
 		Scan(&upAccount, &upHash, &upPath); err != nil {
 		t.Fatal(err)
 	}
-	noRemove := func(string) error { return nil }
+	noRemove := func(blob.Ref) error { return nil }
 	later := seedNow.Add(6 * time.Hour) // the first 10 % are past retention
 
 	cases := []struct {

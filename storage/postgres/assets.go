@@ -5,23 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
-// assetColumns is the select list scanAsset reads, in order.
+// assetColumns is the select list scanAsset reads, in order: the asset's
+// columns and its blob's object key.
 const assetColumns = `id::text, account_id, hash, size_bytes, content_type, file_path,
-	tags, coalesce(job_id::text, ''), created_at, expires_at, coalesce(deployment_id, '')`
+	tags, coalesce(job_id::text, ''), created_at, expires_at, coalesce(deployment_id, ''),
+	coalesce((SELECT b.object_key FROM blobs b WHERE b.hash = assets.hash), '')`
 
 // scanAsset reads one row selected with assetColumns; lead receives the
 // columns a query selects before them (a job output's node, name and type).
 func scanAsset(row pgx.Row, lead ...any) (storage.Asset, error) {
 	var a storage.Asset
 	err := row.Scan(append(lead, &a.ID, &a.AccountID, &a.Hash, &a.SizeBytes, &a.ContentType, &a.FilePath,
-		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt, &a.DeploymentID)...)
+		&a.Tags, &a.JobID, &a.CreatedAt, &a.ExpiresAt, &a.DeploymentID, &a.ObjectKey)...)
 	if err != nil {
 		return storage.Asset{}, err
 	}
@@ -35,7 +39,7 @@ func scanAsset(row pgx.Row, lead ...any) (storage.Asset, error) {
 
 // CreateAsset records a over its blob in one transaction; see createAssetTx.
 // Any failure rolls everything back, including the blob reference.
-func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return storage.Created{}, mapErr("create asset: begin", err)
@@ -53,22 +57,39 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 
 // createAssetTx is the reference protocol inside the caller's transaction:
 //
-//  1. upsert the blob row, incrementing refs; this takes the row lock that
-//     every create and delete of the hash serializes on until commit;
-//  2. note whether the account already held the bytes;
-//  3. insert the asset, so an idempotency-key or ID conflict is refused
+//  1. hold the create's own object key (if any) against the orphan sweep
+//     until commit (holdObjectKey);
+//  2. upsert the blob row, incrementing refs (a new row names the create's
+//     own object); this takes the row lock that every create and delete of
+//     the hash serializes on until commit, and tells whether the blob was
+//     recorded before (rows are never committed with refs 0: the
+//     transaction that takes refs to zero deletes the row);
+//  3. note whether the account already held the bytes;
+//  4. insert the asset, so an idempotency-key or ID conflict is refused
 //     (storage.ErrDuplicate) before any bytes are made present;
-//  4. publish the bytes while the lock is held.
-func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish storage.BlobFunc) (storage.Created, error) {
+//  5. publish the bytes while the lock is held, and record the object
+//     publish answers with when it is not the one the row names.
+func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	if !isUUID(a.ID) {
 		return storage.Created{}, fmt.Errorf("postgres: create asset: id %q is not a UUID", a.ID)
 	}
 	if a.JobID != "" && !isUUID(a.JobID) {
 		return storage.Created{}, fmt.Errorf("postgres: create asset: job id %q is not a UUID", a.JobID)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO blobs (hash, size, refs) VALUES ($1, $2, 1)
-		ON CONFLICT (hash) DO UPDATE SET refs = blobs.refs + 1`, a.Hash, a.SizeBytes); err != nil {
+	own := publish.Key()
+	if err := holdObjectKey(ctx, tx, own); err != nil {
+		return storage.Created{}, mapErr("create asset: hold object key", err)
+	}
+	var refs int
+	var recorded string
+	if err := tx.QueryRow(ctx, `INSERT INTO blobs (hash, size, refs, object_key) VALUES ($1, $2, 1, nullif($3, ''))
+		ON CONFLICT (hash) DO UPDATE SET refs = blobs.refs + 1 RETURNING refs, coalesce(object_key, '')`,
+		a.Hash, a.SizeBytes, own).Scan(&refs, &recorded); err != nil {
 		return storage.Created{}, mapErr("create asset: reference blob", err)
+	}
+	var held *blob.Ref
+	if refs > 1 {
+		held = &blob.Ref{Hash: a.Hash, Key: recorded}
 	}
 	var had bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM assets WHERE account_id = $1 AND hash = $2)`,
@@ -94,10 +115,39 @@ func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish s
 	if err != nil {
 		return storage.Created{}, mapErr("create asset: insert", err)
 	}
-	if err := publish(a.Hash); err != nil {
+	obj, err := publish.Publish(held)
+	if err == nil && obj.Hash != a.Hash {
+		err = fmt.Errorf("published %s for %s", obj.Hash, a.Hash)
+	}
+	if err != nil {
 		return storage.Created{}, fmt.Errorf("postgres: create asset: publish %s: %w: %w", a.Hash, storage.ErrNotCommitted, err)
 	}
+	if obj.Key != recorded {
+		// The recorded object was gone and the create's own replaced it.
+		if _, err := tx.Exec(ctx, `UPDATE blobs SET object_key = nullif($2, '') WHERE hash = $1`, a.Hash, obj.Key); err != nil {
+			return storage.Created{}, mapErr("create asset: record object", err)
+		}
+	}
+	created.ObjectKey = obj.Key
 	return storage.Created{Asset: created, AccountHadBlob: had}, nil
+}
+
+// blobKeyLockClass is the first half of the transaction advisory lock that
+// holds an object key between a create and the orphan sweep: "blob".
+const blobKeyLockClass int32 = 0x626c6f62
+
+// holdObjectKey takes the transaction lock on key (nothing for ""): a
+// create holds its own object's key from before the object becomes
+// visible until it commits or rolls back, and the orphan sweep takes the
+// same lock before it looks for the key's row, so it never sees a create's
+// object without the create's outcome. Two keys may share a lock (a hash
+// collision): that only makes one wait for the other.
+func holdObjectKey(ctx context.Context, tx pgx.Tx, key string) error {
+	if key == "" {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`, blobKeyLockClass, key)
+	return err
 }
 
 // GetAsset returns the account's asset by id.
@@ -185,11 +235,13 @@ func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove st
 }
 
 // dropRefs subtracts n references from hash's blob row (locking it) and,
-// when none remain, deletes the row and calls remove inside the transaction.
+// when none remain, deletes the row and calls remove on the object it named
+// inside the transaction.
 func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage.BlobFunc) error {
 	var refs int
-	err := tx.QueryRow(ctx, `UPDATE blobs SET refs = refs - $2 WHERE hash = $1 RETURNING refs`,
-		hash, n).Scan(&refs)
+	obj := blob.Ref{Hash: hash}
+	err := tx.QueryRow(ctx, `UPDATE blobs SET refs = refs - $2 WHERE hash = $1 RETURNING refs, coalesce(object_key, '')`,
+		hash, n).Scan(&refs, &obj.Key)
 	if err != nil {
 		// No row means the refs invariant is broken; that is an internal
 		// error, not the caller's ErrNotFound, so no sentinel mapping here.
@@ -201,8 +253,8 @@ func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage
 	if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = $1`, hash); err != nil {
 		return fmt.Errorf("delete blob %s: %w", hash, err)
 	}
-	if err := remove(hash); err != nil {
-		return fmt.Errorf("remove blob %s: %w", hash, err)
+	if err := remove(obj); err != nil {
+		return fmt.Errorf("remove blob %s: %w", obj, err)
 	}
 	return nil
 }
@@ -267,7 +319,7 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 		return 0, mapErr("delete expired: lock blobs", err)
 	}
 
-	removed := map[string]bool{}
+	removed := map[blob.Ref]bool{}
 	var errs []error
 	deleted := 0
 	for {
@@ -287,16 +339,16 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 			return 0, fmt.Errorf("postgres: delete expired: %w", err)
 		}
 		failed := -1
-		for _, h := range zero {
-			if removed[h] {
+		for _, obj := range zero {
+			if removed[obj] {
 				continue
 			}
-			if err := remove(h); err != nil {
-				errs = append(errs, fmt.Errorf("remove blob %s: %w", h, err))
-				failed = slices.Index(hashes, h)
+			if err := remove(obj); err != nil {
+				errs = append(errs, fmt.Errorf("remove blob %s: %w", obj, err))
+				failed = slices.Index(hashes, obj.Hash)
 				break
 			}
-			removed[h] = true
+			removed[obj] = true
 		}
 		if failed < 0 {
 			if err := sp.Commit(ctx); err != nil {
@@ -322,40 +374,42 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 // reapAssets deletes the assets ids (whose blob rows the caller has
 // locked) with the output rows that name them (only expired jobs' can),
 // drops their blobs' references and deletes the blob rows left without
-// one. It returns how many assets it deleted and the hashes whose rows it
-// deleted, whose bytes the caller must now remove.
-func reapAssets(ctx context.Context, tx pgx.Tx, ids []string) (int, []string, error) {
+// one. It returns how many assets it deleted and the objects of the rows it
+// deleted (in hash order), which the caller must now remove.
+func reapAssets(ctx context.Context, tx pgx.Tx, ids []string) (int, []blob.Ref, error) {
 	if _, err := tx.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = ANY($1::uuid[])`, ids); err != nil {
 		return 0, nil, fmt.Errorf("delete outputs: %w", err)
 	}
 	rows, err := tx.Query(ctx, `WITH a AS (DELETE FROM assets WHERE id = ANY($1::uuid[]) RETURNING hash),
 			c AS (SELECT hash, count(*) AS n FROM a GROUP BY hash)
 		UPDATE blobs SET refs = blobs.refs - c.n FROM c WHERE blobs.hash = c.hash
-		RETURNING blobs.hash, blobs.refs, c.n`, ids)
+		RETURNING blobs.hash, blobs.refs, c.n, coalesce(blobs.object_key, '')`, ids)
 	if err != nil {
 		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
 	n := 0
-	var zero []string
+	var zero []blob.Ref
+	var zeroHashes []string
 	for rows.Next() {
-		var h string
+		var obj blob.Ref
 		var refs, k int
-		if err := rows.Scan(&h, &refs, &k); err != nil {
+		if err := rows.Scan(&obj.Hash, &refs, &k, &obj.Key); err != nil {
 			rows.Close()
 			return 0, nil, fmt.Errorf("delete assets: %w", err)
 		}
 		n += k
 		if refs == 0 {
-			zero = append(zero, h)
+			zero = append(zero, obj)
+			zeroHashes = append(zeroHashes, obj.Hash)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
-	slices.Sort(zero)
+	slices.SortFunc(zero, func(a, b blob.Ref) int { return strings.Compare(a.Hash, b.Hash) })
 	if len(zero) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = ANY($1)`, zero); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = ANY($1)`, zeroHashes); err != nil {
 			return 0, nil, fmt.Errorf("delete blobs: %w", err)
 		}
 	}

@@ -167,9 +167,9 @@ func (s *Store) SetProgress(ctx context.Context, id string, attempt int, progres
 // the CreateAsset reference protocol and appends the output with the next
 // seq, in one transaction that holds the job's row, so a reclaim cannot slip
 // between the lease check and the insert.
-func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out storage.NewOutput, publish storage.BlobFunc) (storage.Output, error) {
+func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out storage.NewOutput, publish storage.Publisher) (storage.Output, error) {
 	if publish == nil {
-		return storage.Output{}, errors.New("postgres: add output: needs a publish func")
+		return storage.Output{}, errors.New("postgres: add output: needs a publisher")
 	}
 	if !isUUID(id) {
 		return storage.Output{}, storage.ErrLeaseLost

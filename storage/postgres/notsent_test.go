@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/postgres"
 )
 
@@ -39,8 +40,14 @@ func TestWriteThatNeverReachedTheServer(t *testing.T) {
 	}
 	_, err = st.CreateAsset(ctx, storage.NewAsset{ID: uuid.NewString(), AccountID: "acct",
 		Hash:      "blake3:00000000000000000000000000000000000000000000000000000000000000aa",
-		SizeBytes: 1, ContentType: "text/plain", FilePath: "a.txt", IdempotencyKey: "k"}, func(string) error { return nil })
+		SizeBytes: 1, ContentType: "text/plain", FilePath: "a.txt", IdempotencyKey: "k"}, atAddress("blake3:00000000000000000000000000000000000000000000000000000000000000aa"))
 	if !errors.Is(err, storage.ErrNotSent) {
 		t.Errorf("CreateAsset against a closed port: %v, want ErrNotSent", err)
 	}
+}
+
+// atAddress is the publish step of a create whose bytes are at their
+// address.
+func atAddress(hash string) storage.Publisher {
+	return storage.PublishFunc(func(*blob.Ref) (blob.Ref, error) { return blob.Ref{Hash: hash}, nil })
 }

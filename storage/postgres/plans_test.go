@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/tests/bench/seed"
 )
@@ -138,7 +139,7 @@ func TestQueryPlansAtScale(t *testing.T) {
 		Scan(&upload.account, &upload.hash, &upload.path); err != nil {
 		t.Fatal(err)
 	}
-	noRemove := func(string) error { return nil }
+	noRemove := func(blob.Ref) error { return nil }
 	// Six hours on, the first 10 % of the seeded jobs are past retention.
 	later := seedNow.Add(6 * time.Hour)
 

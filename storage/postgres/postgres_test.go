@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/postgres"
 	"github.com/comfygate/comfygate/storage/storetest"
@@ -136,14 +137,18 @@ func newMemFS() *memFS {
 	return &memFS{present: map[string]bool{}, fail: map[string]bool{}, live: map[string]int{}}
 }
 
-func (m *memFS) publish(hash string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.present[hash] = true
-	return nil
+// publish is the publisher of a create of hash's bytes at their address.
+func (m *memFS) publish(hash string) storage.Publisher {
+	return storage.PublishFunc(func(*blob.Ref) (blob.Ref, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.present[hash] = true
+		return blob.Ref{Hash: hash}, nil
+	})
 }
 
-func (m *memFS) remove(hash string) error {
+func (m *memFS) remove(obj blob.Ref) error {
+	hash := obj.Hash
 	time.Sleep(m.removeHold)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -216,7 +221,7 @@ func TestRefcountUnderRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				c, err := st.CreateAsset(testCtx(t), newAsset(account, hash, nil), fs.publish)
+				c, err := st.CreateAsset(testCtx(t), newAsset(account, hash, nil), fs.publish(hash))
 				if err != nil {
 					t.Errorf("CreateAsset: %v", err)
 					return
@@ -272,7 +277,7 @@ func TestDeleteExpiredRemoveFailure(t *testing.T) {
 	stuck, fine := "blake3:stuck-"+uuid.NewString(), "blake3:fine-"+uuid.NewString()
 	var ids = map[string]string{}
 	for _, h := range []string{stuck, fine} {
-		c, err := st.CreateAsset(testCtx(t), newAsset(account, h, &past), fs.publish)
+		c, err := st.CreateAsset(testCtx(t), newAsset(account, h, &past), fs.publish(h))
 		if err != nil {
 			t.Fatalf("CreateAsset: %v", err)
 		}
@@ -321,7 +326,7 @@ func TestMalformedIDs(t *testing.T) {
 	}
 	bad := newAsset("a", "blake3:x", nil)
 	bad.ID = "not-a-uuid"
-	if _, err := st.CreateAsset(testCtx(t), bad, fs.publish); err == nil {
+	if _, err := st.CreateAsset(testCtx(t), bad, fs.publish(bad.Hash)); err == nil {
 		t.Error("CreateAsset with a malformed ID succeeded")
 	}
 	if fs.has("blake3:x") {

@@ -135,7 +135,7 @@ func testPublishErrorLeavesNoRow(t *testing.T, st storage.Store) {
 			fs.publishErr = boom
 			a := newAsset(account, hash)
 			a.IdempotencyKey = "idem-" + newID()
-			_, err := st.CreateAsset(ctx(t), a, fs.publish)
+			_, err := st.CreateAsset(ctx(t), a, fs.publish(a.Hash))
 			if !errors.Is(err, boom) {
 				t.Fatalf("CreateAsset err = %v, want it to wrap the publish error", err)
 			}
@@ -200,7 +200,7 @@ func testIdempotencyKeyBackstop(t *testing.T, st storage.Store) {
 			a := newAsset(tc.account, tc.hash)
 			a.IdempotencyKey = tc.key
 			publishedBefore := fs.publishCount(tc.hash)
-			c, err := st.CreateAsset(ctx(t), a, fs.publish)
+			c, err := st.CreateAsset(ctx(t), a, fs.publish(a.Hash))
 			if !tc.wantDup {
 				if err != nil {
 					t.Fatalf("CreateAsset: %v", err)
@@ -242,7 +242,7 @@ func testDuplicateAssetID(t *testing.T, st storage.Store) {
 	mustCreate(t, st, fs, a)
 	again := newAsset(newID(), hashOf("again"))
 	again.ID = a.ID
-	if _, err := st.CreateAsset(ctx(t), again, fs.publish); !errors.Is(err, storage.ErrDuplicate) {
+	if _, err := st.CreateAsset(ctx(t), again, fs.publish(again.Hash)); !errors.Is(err, storage.ErrDuplicate) {
 		t.Fatalf("second CreateAsset with one ID: err = %v, want storage.ErrDuplicate", err)
 	}
 	got, err := st.GetAsset(ctx(t), a.AccountID, a.ID)

@@ -48,7 +48,7 @@ func testCreateDeleteSameHash(t *testing.T, st storage.Store) {
 			hash := hashes[w%len(hashes)]
 			for r := range rounds {
 				a := newAsset(accounts[(w+r)%len(accounts)], hash)
-				c, err := st.CreateAsset(ctx(t), a, fs.publish)
+				c, err := st.CreateAsset(ctx(t), a, fs.publish(a.Hash))
 				if err != nil {
 					errs <- fmt.Errorf("worker %d round %d: CreateAsset: %w", w, r, err)
 					continue
@@ -106,7 +106,7 @@ func testConcurrentDedupExactlyOneNew(t *testing.T, st storage.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := st.CreateAsset(ctx(t), newAsset(account, hash), fs.publish)
+			c, err := st.CreateAsset(ctx(t), newAsset(account, hash), fs.publish(hash))
 			if err != nil {
 				t.Errorf("CreateAsset: %v", err)
 				return
@@ -146,7 +146,7 @@ func testConcurrentIdempotencyKey(t *testing.T, st storage.Store) {
 			defer wg.Done()
 			a := newAsset(account, hash)
 			a.IdempotencyKey = key
-			c, err := st.CreateAsset(ctx(t), a, fs.publish)
+			c, err := st.CreateAsset(ctx(t), a, fs.publish(a.Hash))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -39,7 +39,7 @@ func newOutput(node, hash string) storage.NewOutput {
 // mustAddOutput commits an output for the attempt and fails the test on error.
 func mustAddOutput(t *testing.T, st storage.Store, fs *fakeFS, job storage.Job, out storage.NewOutput) storage.Output {
 	t.Helper()
-	o, err := st.AddOutput(ctx(t), job.ID, job.Attempt, out, fs.publish)
+	o, err := st.AddOutput(ctx(t), job.ID, job.Attempt, out, fs.publish(out.Asset.Hash))
 	if err != nil {
 		t.Fatalf("AddOutput(%s): %v", out.NodeID, err)
 	}
@@ -181,7 +181,7 @@ func testStaleAttemptRejected(t *testing.T, st storage.Store) {
 			return st.SetProgress(ctx(t), first.ID, first.Attempt, json.RawMessage(`{"value":1}`))
 		}},
 		{"AddOutput", func() error {
-			_, err := st.AddOutput(ctx(t), first.ID, first.Attempt, newOutput("1", stale), fs.publish)
+			_, err := st.AddOutput(ctx(t), first.ID, first.Attempt, newOutput("1", stale), fs.publish(stale))
 			return err
 		}},
 		{"RenewLease", func() error { _, err := st.RenewLease(ctx(t), first.ID, first.Attempt, time.Minute); return err }},

@@ -34,6 +34,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
 // RunStore runs the storage.Store conformance suite. open is called once per
@@ -48,6 +49,7 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 		{"Delete", deleteCases},
 		{"Concurrency", concurrencyCases},
 		{"Orphans", orphanCases},
+		{"Objects", objectCases},
 		{"APIKeys", apiKeyCases},
 		{"Migrate", migrateCases},
 		{"Deployments", deploymentCases},
@@ -103,14 +105,19 @@ func hashOf(label string) string {
 	return "blake3:" + hex.EncodeToString(sum[:])
 }
 
-// fakeFS stands in for the blob store's file system: publish makes a hash
-// present, remove deletes it. It counts calls so tests can assert exactly when
-// the store touches bytes, and it can be told to fail.
+// fakeFS stands in for the blob store: a publisher makes an object
+// present, remove deletes it. Objects are named as blob.Ref names them (a
+// key, or the hash's address); publish places them at the address, as the
+// file_system store and uploads with a declared hash do, and keyed at a
+// fresh key, as the s3 store does with every other upload. It counts calls
+// so tests can assert exactly when the store touches bytes, and it can be
+// told to fail.
 type fakeFS struct {
 	mu         sync.Mutex
-	present    map[string]bool
-	published  map[string]int
-	removed    map[string]int
+	objects    map[string]blob.Ref // by name: Key, or Hash for an address
+	published  map[string]int      // by hash
+	removed    map[string]int      // by hash (by name for an unknown object)
+	keys       int
 	publishErr error
 	// publishHold and removeHold, when set, widen race windows: each call
 	// sleeps this long (while a correct store holds the blob's record) before
@@ -120,34 +127,110 @@ type fakeFS struct {
 }
 
 func newFakeFS() *fakeFS {
-	return &fakeFS{present: map[string]bool{}, published: map[string]int{}, removed: map[string]int{}}
+	return &fakeFS{objects: map[string]blob.Ref{}, published: map[string]int{}, removed: map[string]int{}}
 }
 
-func (f *fakeFS) publish(hash string) error {
+func objectName(r blob.Ref) string {
+	if r.Key != "" {
+		return r.Key
+	}
+	return r.Hash
+}
+
+// publish is the publisher of a create of hash's bytes at their address.
+func (f *fakeFS) publish(hash string) storage.Publisher {
+	return storage.PublishFunc(func(held *blob.Ref) (blob.Ref, error) {
+		return f.put(blob.Ref{Hash: hash}, held)
+	})
+}
+
+// keyed is the publisher of a create whose bytes were streamed into an
+// object at a fresh key; it returns the key too.
+func (f *fakeFS) keyed(hash string) (storage.Publisher, string) {
+	f.mu.Lock()
+	f.keys++
+	key := fmt.Sprintf("blobs/%032x", f.keys)
+	f.mu.Unlock()
+	return keyedPublisher{f: f, own: blob.Ref{Hash: hash, Key: key}}, key
+}
+
+type keyedPublisher struct {
+	f   *fakeFS
+	own blob.Ref
+}
+
+func (p keyedPublisher) Key() string { return p.own.Key }
+
+func (p keyedPublisher) Publish(held *blob.Ref) (blob.Ref, error) { return p.f.put(p.own, held) }
+
+// put is a Publish: held is kept when it is present, else own is made so.
+func (f *fakeFS) put(own blob.Ref, held *blob.Ref) (blob.Ref, error) {
 	time.Sleep(f.publishHold)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.published[hash]++
+	f.published[own.Hash]++
 	if f.publishErr != nil {
-		return f.publishErr
+		return blob.Ref{}, f.publishErr
 	}
-	f.present[hash] = true
-	return nil
+	if held != nil {
+		if _, ok := f.objects[objectName(*held)]; ok {
+			return *held, nil
+		}
+	}
+	f.objects[objectName(own)] = own
+	return own, nil
 }
 
-func (f *fakeFS) remove(hash string) error {
+// remove is the store's remove step.
+func (f *fakeFS) remove(obj blob.Ref) error {
 	time.Sleep(f.removeHold)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.removed[hash]++
-	delete(f.present, hash)
+	name := objectName(obj)
+	counted := obj.Hash
+	if o, ok := f.objects[name]; ok {
+		counted = o.Hash
+	} else if counted == "" {
+		counted = name
+	}
+	f.removed[counted]++
+	delete(f.objects, name)
 	return nil
 }
 
+// plant makes an object present without a create (what an earlier release
+// or a failed transaction left).
+func (f *fakeFS) plant(obj blob.Ref) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.objects[objectName(obj)] = obj
+}
+
+// drop removes an object without the store (damage from outside).
+func (f *fakeFS) drop(obj blob.Ref) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.objects, objectName(obj))
+}
+
+// has reports whether some object holds hash's bytes.
 func (f *fakeFS) has(hash string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.present[hash]
+	for _, o := range f.objects {
+		if o.Hash == hash {
+			return true
+		}
+	}
+	return false
+}
+
+// hasObject reports whether obj is present.
+func (f *fakeFS) hasObject(obj blob.Ref) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.objects[objectName(obj)]
+	return ok
 }
 
 func (f *fakeFS) publishCount(hash string) int {
@@ -162,22 +245,22 @@ func (f *fakeFS) removeCount(hash string) int {
 	return f.removed[hash]
 }
 
-// presentHashes lists every hash currently on the fake file system.
+// presentHashes lists the hashes of every object present.
 func (f *fakeFS) presentHashes() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]string, 0, len(f.present))
-	for h := range f.present {
-		out = append(out, h)
+	out := make([]string, 0, len(f.objects))
+	for _, o := range f.objects {
+		out = append(out, o.Hash)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // failRemove is a BlobFunc for calls that must not remove anything.
 func failRemove(t *testing.T) storage.BlobFunc {
-	return func(hash string) error {
-		t.Errorf("remove(%q) called when no blob should become unreferenced", hash)
+	return func(obj blob.Ref) error {
+		t.Errorf("remove(%s) called when no blob should become unreferenced", obj)
 		return nil
 	}
 }
@@ -205,7 +288,7 @@ func newAsset(account, hash string) storage.NewAsset {
 // mustCreate creates a and fails the test on error.
 func mustCreate(t *testing.T, st storage.Store, fs *fakeFS, a storage.NewAsset) storage.Created {
 	t.Helper()
-	c, err := st.CreateAsset(ctx(t), a, fs.publish)
+	c, err := st.CreateAsset(ctx(t), a, fs.publish(a.Hash))
 	if err != nil {
 		t.Fatalf("CreateAsset(%s): %v", a.ID, err)
 	}
@@ -248,6 +331,9 @@ func diffAsset(got, want storage.Asset) string {
 	}
 	if got.Hash != want.Hash {
 		add("Hash", got.Hash, want.Hash)
+	}
+	if got.ObjectKey != want.ObjectKey {
+		add("ObjectKey", got.ObjectKey, want.ObjectKey)
 	}
 	if got.SizeBytes != want.SizeBytes {
 		add("SizeBytes", got.SizeBytes, want.SizeBytes)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/postgres"
 	"github.com/comfygate/comfygate/tests/browser"
@@ -80,7 +81,7 @@ func seedJobs(t *testing.T, dsn string, n int) {
 				}
 				// Another seeder may have claimed this one: finish whichever
 				// comes, and leave the rest queued.
-				j, err := st.ClaimJob(ctx, pool, "seed", time.Minute, 0, func(string) error { return nil })
+				j, err := st.ClaimJob(ctx, pool, "seed", time.Minute, 0, func(blob.Ref) error { return nil })
 				if err == nil {
 					_, err = st.FinishJob(ctx, j.ID, j.Attempt, storage.JobSucceeded, nil)
 				}

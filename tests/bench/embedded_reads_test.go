@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/tests/bench/seed"
 )
 
@@ -42,7 +43,7 @@ func TestBenchEmbeddedReads(t *testing.T) {
 			{"ListJobs, busy account's first page", 500, list(seed.BusyAccount)},
 			{"ListJobs, quiet account's first page", 500, list(seed.QuietAccount)},
 			{"ClaimJob", 500, func() error {
-				_, err := s.st.ClaimJob(ctx, "builtin", claimOwner, time.Minute, 0, func(string) error { return nil })
+				_, err := s.st.ClaimJob(ctx, "builtin", claimOwner, time.Minute, 0, func(blob.Ref) error { return nil })
 				return err
 			}},
 		} {

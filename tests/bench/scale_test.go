@@ -21,6 +21,7 @@ import (
 	"github.com/comfygate/comfygate/internal/apikey"
 	"github.com/comfygate/comfygate/internal/jobs"
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/embedded"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/postgres"
@@ -344,7 +345,7 @@ func measureRound(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
 	// Claims: four claimers on the store, as dispatchers do (2 s: the
 	// small store's queue must not run dry).
 	r.claimRate, _ = closedLoop(4, 2*time.Second, func() error {
-		_, err := e.s.st.ClaimJob(ctx, "builtin", claimOwner, time.Minute, 0, func(string) error { return nil })
+		_, err := e.s.st.ClaimJob(ctx, "builtin", claimOwner, time.Minute, 0, func(blob.Ref) error { return nil })
 		return err
 	})
 	return r
@@ -397,7 +398,7 @@ func measureReaper(t *testing.T, e *scaleEnv, dur time.Duration) scaleResult {
 			if err == nil {
 				_, err = cfg.Drain(sweepCtx, func(ctx context.Context, limit int) (int, error) {
 					return longest(&longestAssets, func() (int, error) {
-						return s.st.DeleteExpiredAssets(ctx, time.Now(), limit, func(string) error { return nil })
+						return s.st.DeleteExpiredAssets(ctx, time.Now(), limit, func(blob.Ref) error { return nil })
 					})
 				})
 			}

@@ -60,7 +60,7 @@ func TestBenchS3UploadPhases(t *testing.T) {
 			t.Fatal(err)
 		}
 		finished := time.Now()
-		if err := up.Publish(); err != nil {
+		if _, err := up.Publish(nil); err != nil {
 			t.Fatal(err)
 		}
 		done := time.Now()

@@ -38,7 +38,8 @@ func s3Global(t *testing.T, bucket s3test.Config) string {
 // multipart upload, and as one request with DisableMultipart), all signed
 // the way the gateway signs its part uploads (UNSIGNED-PAYLOAD); and the
 // file uploaded through a gateway without and with expected_hash (what the
-// SDKs send).
+// SDKs send): a multipart upload at a fresh key, or at the hash's address,
+// completed where it is, no copy either way.
 //
 // It also logs, at the end of the test, the CPU time each S3 target cost
 // per upload in the S3 server, the gateway and the client (curl, or this

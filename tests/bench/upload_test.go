@@ -186,7 +186,8 @@ func TestBenchUploadThroughput(t *testing.T) {
 		{"embedded", "embedded@base"}, {"s3 gateway", "s3 direct"}, {"s3 gateway (expected_hash)", "s3 direct"},
 		{"s3 gateway", "s3 minio-go PutObject"}, {"s3 gateway (expected_hash)", "s3 minio-go PutObject"},
 		{"s3 gateway (expected_hash)", "s3 minio-go one PUT"},
-		{"s3 gateway", "s3 gateway@base"}, {"s3 gateway (expected_hash)", "s3 gateway (expected_hash)@base"}}
+		{"s3 gateway", "s3 gateway@base"}, {"s3 gateway (expected_hash)", "s3 gateway (expected_hash)@base"},
+		{"s3 gateway", "s3 gateway (expected_hash)"}}
 
 	mbps := map[string][]float64{}
 	ratio := map[[2]string][]float64{}

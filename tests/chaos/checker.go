@@ -198,10 +198,42 @@ func nonTerminal(ctx context.Context, conn *pgx.Conn, ids map[string]bool) ([]st
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// checkAssets: every asset answered 2xx is readable with the bytes sent,
-// a keyed upload is at most one asset, and a key refused as used names one.
+// checkAssets: every asset answered 2xx (and every seed) that no delete
+// answered 2xx or 404 is readable with the bytes sent; one that was
+// deleted is gone; a keyed upload is at most one asset, and a key refused
+// as used names one.
 func checkAssets(ctx context.Context, r *Report, s *Stack, conn *pgx.Conn, h *History, entries []Entry) error {
 	client := &http.Client{Timeout: 20 * time.Second}
+	deleted, tried := map[string]bool{}, map[string]bool{}
+	for _, e := range entries {
+		if e.Op == OpDelete {
+			tried[e.ID] = true
+			deleted[e.ID] = deleted[e.ID] || e.OK() || e.Status == http.StatusNotFound
+		}
+	}
+	check := func(id, what string, want []byte) error {
+		resp, err := client.Get(s.Gateways[0].URL + "/api/v2/assets/" + id + "/content")
+		if err != nil {
+			return fmt.Errorf("checker: reading asset %s: %w", id, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case deleted[id] && resp.StatusCode != http.StatusNotFound:
+			r.find("asset %s of %s: %d after a delete answered it, want 404", id, what, resp.StatusCode)
+		case deleted[id], tried[id] && resp.StatusCode == http.StatusNotFound:
+			// Gone, or a delete whose answer was lost went through.
+		case resp.StatusCode != http.StatusOK || !bytes.Equal(b, want):
+			r.Lost++
+			r.find("asset %s of %s: %d with %d bytes, want 200 with the %d sent", id, what, resp.StatusCode, len(b), len(want))
+		}
+		return nil
+	}
+	for _, seed := range h.Seeds() {
+		if err := check(seed.ID, "the seed", seed.Data); err != nil {
+			return err
+		}
+	}
 	for logical, es := range intentions(entries, OpUpload) {
 		ok, reused := false, false
 		ids := map[string]bool{}
@@ -212,15 +244,8 @@ func checkAssets(ctx context.Context, r *Report, s *Stack, conn *pgx.Conn, h *Hi
 			reused = reused || e.Code == "idempotency_key_reuse"
 		}
 		for id := range ids {
-			resp, err := client.Get(s.Gateways[0].URL + "/api/v2/assets/" + id + "/content")
-			if err != nil {
-				return fmt.Errorf("checker: reading asset %s: %w", id, err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || !bytes.Equal(b, h.UploadData(logical)) {
-				r.Lost++
-				r.find("asset %s of %s: %d with %d bytes, want 200 with the %d sent", id, logical, resp.StatusCode, len(b), len(h.UploadData(logical)))
+			if err := check(id, logical, h.UploadData(logical)); err != nil {
+				return err
 			}
 		}
 		if es[0].Key != "" && reused && !ok {
@@ -304,35 +329,59 @@ func checkReservations(ctx context.Context, r *Report, s *Stack) error {
 	}
 }
 
-// checkBlobs: after the sweepers, no object in the bucket that no blob row
-// names, and no multipart upload left open.
+// checkBlobs: after the sweepers, the bucket holds exactly the objects the
+// blob rows name, of both layouts (a row's object_key, or the hash's
+// address objects/ab/cd/<hex> when it has none): an object no row names is
+// an orphan, a row whose object is missing lost bytes. And no multipart
+// upload is left open.
 func checkBlobs(ctx context.Context, r *Report, s *Stack, conn *pgx.Conn) error {
-	rows, err := conn.Query(ctx, `SELECT hash FROM blobs`)
+	rows, err := conn.Query(ctx, `SELECT hash, coalesce(object_key, '') FROM blobs`)
 	if err != nil {
 		return fmt.Errorf("checker: blobs: %w", err)
 	}
-	hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("checker: blobs: %w", err)
+	named := map[string]string{} // object key → hash
+	for rows.Next() {
+		var hash, key string
+		if err := rows.Scan(&hash, &key); err != nil {
+			rows.Close()
+			return fmt.Errorf("checker: blobs: %w", err)
+		}
+		if key == "" {
+			hx := strings.TrimPrefix(hash, "blake3:")
+			key = "objects/" + hx[0:2] + "/" + hx[2:4] + "/" + hx
+		}
+		named[key] = hash
 	}
-	known := map[string]bool{}
-	for _, h := range hashes {
-		known[strings.TrimPrefix(h, "blake3:")] = true
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checker: blobs: %w", err)
 	}
 	client := s.BucketClient
 	var orphans []string
+	present := map[string]bool{}
 	for obj := range client.ListObjects(ctx, s.Bucket.Bucket, minio.ListObjectsOptions{Recursive: true}) {
 		if obj.Err != nil {
 			return fmt.Errorf("checker: listing the bucket: %w", obj.Err)
 		}
-		name := obj.Key[strings.LastIndex(obj.Key, "/")+1:]
-		if !strings.HasPrefix(obj.Key, "objects/") || !known[name] {
+		present[obj.Key] = true
+		if _, ok := named[obj.Key]; !ok {
 			orphans = append(orphans, obj.Key)
 		}
 	}
 	sort.Strings(orphans)
 	if len(orphans) > 0 {
 		r.find("%d objects in the bucket that no blob row names (e.g. %s)", len(orphans), orphans[0])
+	}
+	var missing []string
+	for key, hash := range named {
+		if !present[key] {
+			missing = append(missing, hash+" at "+key)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		r.Lost += len(missing)
+		r.find("%d blob rows whose object is missing (e.g. %s)", len(missing), missing[0])
 	}
 	n := 0
 	for u := range client.ListIncompleteUploads(ctx, s.Bucket.Bucket, "", true) {

@@ -19,6 +19,7 @@ const (
 	OpCancel Op = "cancel"
 	OpEvents Op = "events"
 	OpRoute  Op = "route"
+	OpDelete Op = "delete"
 )
 
 // Entry is one request and its answer.
@@ -38,8 +39,9 @@ type Entry struct {
 	// (router); Enveloped whether an error answer carried it properly.
 	Code      string
 	Enveloped bool
-	// ID is the asset or job the answer names; JobStatus a job's status in
-	// it; Statuses the status events a stream delivered, in order.
+	// ID is the asset or job the answer names (for a delete, the asset it
+	// deletes); JobStatus a job's status in it; Statuses the status events
+	// a stream delivered, in order.
 	ID        string
 	JobStatus string
 	Statuses  []string
@@ -57,10 +59,33 @@ type History struct {
 	fault   atomic.Bool
 	// uploads maps an upload's Logical to the bytes it sent.
 	uploads map[string][]byte
+	// seeds are the assets the stack held before the workload began.
+	seeds []Seed
+}
+
+// Seed is an asset the stack held before the workload: what the release
+// before held in its bucket and database.
+type Seed struct {
+	ID   string
+	Data []byte
 }
 
 // NewHistory returns an empty history.
 func NewHistory() *History { return &History{uploads: map[string][]byte{}} }
+
+// AddSeed records an asset that was there before the workload.
+func (h *History) AddSeed(s Seed) {
+	h.mu.Lock()
+	h.seeds = append(h.seeds, s)
+	h.mu.Unlock()
+}
+
+// Seeds returns the assets that were there before the workload.
+func (h *History) Seeds() []Seed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Seed(nil), h.seeds...)
+}
 
 // SetFault marks the requests that start from now on as under a fault or not.
 func (h *History) SetFault(on bool) { h.fault.Store(on) }

@@ -78,6 +78,7 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 	}
 	s := NewStack(t, opts)
 	h := NewHistory()
+	SeedPreviousRelease(t, s, h, 8)
 	d := NewDriver(s, h)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/comfygate/comfygate/internal/assets"
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/postgres"
 )
@@ -31,12 +32,12 @@ func runSweepers(ctx context.Context, s *Stack) error {
 	}
 	defer db.Close()
 	svc := &assets.Service{Store: db, Blobs: store}
-	for after := ""; ; {
+	for after := (blob.Ref{}); ; {
 		next, _, err := svc.SweepOrphans(ctx, after, 1000)
 		if err != nil {
 			return fmt.Errorf("checker: removing orphan blobs: %w", err)
 		}
-		if next == "" {
+		if next == (blob.Ref{}) {
 			return nil
 		}
 		after = next

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/zeebo/blake3"
 )
 
 // HangBound is the longest any non-streaming request may take, faults or
@@ -33,6 +35,14 @@ type Driver struct {
 	client *http.Client
 	mu     sync.Mutex
 	jobs   []jobRef
+	// assets are the assets answered 2xx (and the seeds) not yet picked
+	// for a delete, and their bytes.
+	assets []assetRef
+}
+
+type assetRef struct {
+	id   string
+	data []byte
 }
 
 type jobRef struct {
@@ -40,12 +50,17 @@ type jobRef struct {
 	gateway int
 }
 
-// NewDriver returns a driver recording into h.
+// NewDriver returns a driver recording into h; the assets h was seeded
+// with are the workload's to re-upload and delete too.
 func NewDriver(s *Stack, h *History) *Driver {
-	return &Driver{S: s, H: h, Pause: 60 * time.Millisecond, client: &http.Client{
+	d := &Driver{S: s, H: h, Pause: 60 * time.Millisecond, client: &http.Client{
 		Timeout:   HangBound + 5*time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 32, ResponseHeaderTimeout: HangBound + 5*time.Second},
 	}}
+	for _, seed := range h.Seeds() {
+		d.assets = append(d.assets, assetRef{seed.ID, seed.Data})
+	}
+	return d
 }
 
 // Run drives workers concurrent clients until ctx ends.
@@ -73,13 +88,15 @@ func (d *Driver) step(ctx context.Context, w int) {
 	switch n := mrand.IntN(100); {
 	case n < 30:
 		d.Upload(ctx, g, mrand.IntN(2) == 0)
-	case n < 50:
+	case n < 35:
+		d.Delete(ctx, g)
+	case n < 55:
 		d.Submit(ctx, g, mrand.IntN(10) != 0)
-	case n < 70:
+	case n < 72:
 		d.Poll(ctx, g)
-	case n < 75:
+	case n < 77:
 		d.Cancel(ctx, g)
-	case n < 80 && w == 0:
+	case n < 82 && w == 0:
 		d.Events(ctx, g)
 	default:
 		d.Route(ctx, g)
@@ -105,10 +122,24 @@ func (d *Driver) attempts(ctx context.Context, keyed bool, send func(attempt int
 	}
 }
 
-// Upload posts random bytes as an asset, with a key (and retries) or without.
+// Upload posts bytes as an asset, with a key (and retries) or without: new
+// random bytes, or a third of the time the bytes of an earlier asset (a
+// dedup, over whichever layout holds them); half of the uploads declare
+// expected_hash (their bytes go to their address, the others to a key).
 func (d *Driver) Upload(ctx context.Context, g int, keyed bool) {
-	data := make([]byte, 2048+mrand.IntN(30<<10))
-	rand.Read(data)
+	var data []byte
+	if mrand.IntN(3) == 0 {
+		d.mu.Lock()
+		if n := len(d.assets); n > 0 {
+			data = d.assets[mrand.IntN(n)].data
+		}
+		d.mu.Unlock()
+	}
+	if data == nil {
+		data = make([]byte, 2048+mrand.IntN(30<<10))
+		rand.Read(data)
+	}
+	declare := mrand.IntN(2) == 0
 	logical := "up-" + uuid.NewString()
 	d.H.Upload(logical, data)
 	key := ""
@@ -120,6 +151,9 @@ func (d *Driver) Upload(ctx context.Context, g int, keyed bool) {
 		mw := multipart.NewWriter(&body)
 		_ = mw.WriteField("content_type", "application/octet-stream")
 		_ = mw.WriteField("file_path", logical+".bin")
+		if declare {
+			_ = mw.WriteField("expected_hash", hashOf(data))
+		}
 		part, _ := mw.CreateFormFile("file", logical+".bin")
 		part.Write(data)
 		mw.Close()
@@ -130,8 +164,43 @@ func (d *Driver) Upload(ctx context.Context, g int, keyed bool) {
 		e := d.do(ctx, Entry{Op: OpUpload, Gateway: g, Logical: logical, Key: key, Attempt: a},
 			http.MethodPost, "/api/v2/assets", &body, hdr)
 		d.H.Add(e)
+		if e.OK() && e.ID != "" {
+			d.mu.Lock()
+			d.assets = append(d.assets, assetRef{e.ID, data})
+			d.mu.Unlock()
+		}
 		return e
 	})
+}
+
+// Delete deletes an asset answered earlier (or a seed), retrying while the
+// answer is retryable (a delete is idempotent: a retry after an unknown
+// outcome is a 404). When it was the last record over its bytes, their
+// object goes with it.
+func (d *Driver) Delete(ctx context.Context, g int) {
+	d.mu.Lock()
+	n := len(d.assets)
+	if n == 0 {
+		d.mu.Unlock()
+		return
+	}
+	i := mrand.IntN(n)
+	a := d.assets[i]
+	d.assets = append(d.assets[:i], d.assets[i+1:]...)
+	d.mu.Unlock()
+	d.attempts(ctx, true, func(attempt int) Entry {
+		e := d.do(ctx, Entry{Op: OpDelete, Gateway: g, Logical: "del-" + a.id, Attempt: attempt},
+			http.MethodDelete, "/api/v2/assets/"+a.id, nil, nil)
+		e.ID = a.id
+		d.H.Add(e)
+		return e
+	})
+}
+
+// hashOf is the content address of b.
+func hashOf(b []byte) string {
+	sum := blake3.Sum256(b)
+	return "blake3:" + hex.EncodeToString(sum[:])
 }
 
 // SubmitWorkflow is the workload's job: two 50 ms steps on a ComfyUI peer

@@ -160,12 +160,22 @@ func upload(t *testing.T, g *gateway.Gateway, header map[string]string, parts ..
 }
 
 // blobFiles lists the files under the gateway's blob objects and tmp dirs,
-// or for an s3 gateway the keys (and incomplete uploads) under objects/ and
-// tmp/ of its bucket.
+// or for an s3 gateway: for "objects" the objects of both layouts
+// (blobs/<key> and objects/ab/cd/<hex>), for "tmp" what an upload in
+// progress or left behind holds (incomplete multipart uploads anywhere,
+// and temp objects under tmp/).
 func blobFiles(t *testing.T, g *gateway.Gateway, sub string) []string {
 	t.Helper()
 	if bucket, ok := s3Buckets.Load(g.Dir); ok {
-		return bucket.(s3test.Config).Keys(t, sub+"/")
+		var out []string
+		for _, k := range bucket.(s3test.Config).Keys(t, "") {
+			upload := strings.Contains(k, "?uploadId=")
+			if sub == "tmp" && (upload || strings.HasPrefix(k, "tmp/")) ||
+				sub == "objects" && !upload && !strings.HasPrefix(k, "tmp/") {
+				out = append(out, k)
+			}
+		}
+		return out
 	}
 	var files []string
 	root := filepath.Join(g.Dir, "data", "blobs", sub)

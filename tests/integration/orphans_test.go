@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +16,11 @@ import (
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
-// TestOrphanBlobsAreSwept: bytes at a content address that no record names
-// (a create published them, then its transaction failed) are removed by the
-// gateway's maintenance, on every backend, and the bytes of a recorded
-// asset stay readable.
+// TestOrphanBlobsAreSwept: objects that no record names (a create
+// published them, then its transaction failed) are removed by the
+// gateway's maintenance, on every backend and, on S3, in both layouts (an
+// object at its address, one at a key under blobs/), and the bytes of the
+// recorded assets of either layout stay readable.
 func TestOrphanBlobsAreSwept(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends() {
@@ -29,38 +29,52 @@ func TestOrphanBlobsAreSwept(t *testing.T) {
 			dir := t.TempDir()
 			cfg := siteConfig(b.global(t, dir), "comfy_auth none")
 			g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
-			kept := randomBytes(3000)
-			r := upload(t, g, nil, uploadParts(kept, "kept.png")...)
-			if r.Status != http.StatusCreated {
-				t.Fatalf("upload: %d %s", r.Status, r.Body)
+			kept := map[string][]byte{}
+			for _, declared := range []bool{false, true} {
+				data := randomBytes(3000)
+				var extra []part
+				if declared {
+					extra = append(extra, part{name: "expected_hash", value: hashOf(data)})
+				}
+				r := upload(t, g, nil, uploadParts(data, "kept.png", extra...)...)
+				if r.Status != http.StatusCreated {
+					t.Fatalf("upload: %d %s", r.Status, r.Body)
+				}
+				kept[r.JSON(t)["id"].(string)] = data
 			}
-			id := r.JSON(t)["id"].(string)
+			recorded := len(blobFiles(t, g, "objects"))
 			g.Stop()
 
 			orphanHash := hashOf(randomBytes(64))
 			hx := strings.TrimPrefix(orphanHash, "blake3:")
-			key := "objects/" + hx[0:2] + "/" + hx[2:4] + "/" + hx
-			plantObject(t, dir, key, []byte("published by a create whose commit failed"))
-			if !slices.Contains(blobFiles(t, g, "objects"), "/"+key[len("objects/"):]) &&
-				!slices.Contains(blobFiles(t, g, "objects"), key) {
-				t.Fatalf("the planted object is not listed: %v", blobFiles(t, g, "objects"))
+			orphans := []string{"objects/" + hx[0:2] + "/" + hx[2:4] + "/" + hx}
+			if b.remoteBlobs {
+				orphans = append(orphans, "blobs/"+hx[:32])
+			}
+			for _, key := range orphans {
+				plantObject(t, dir, key, []byte("published by a create whose commit failed"))
+			}
+			if n := len(blobFiles(t, g, "objects")); n != recorded+len(orphans) {
+				t.Fatalf("the planted objects are not listed: %v", blobFiles(t, g, "objects"))
 			}
 
 			g = gateway.Start(t, cfg, gateway.Options{Dir: dir, Port: g.Port})
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				files := blobFiles(t, g, "objects")
-				if len(files) == 1 {
+				if len(files) == recorded {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the orphan was not swept: objects %v", files)
+					t.Fatalf("the orphans were not swept: objects %v", files)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			got := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+id+"/content", nil, nil)
-			if got.Status != http.StatusOK || !bytes.Equal(got.Body, kept) {
-				t.Fatalf("the recorded asset after the sweep: %d, %d bytes", got.Status, len(got.Body))
+			for id, data := range kept {
+				got := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+id+"/content", nil, nil)
+				if got.Status != http.StatusOK || !bytes.Equal(got.Body, data) {
+					t.Fatalf("a recorded asset after the sweep: %d, %d bytes", got.Status, len(got.Body))
+				}
 			}
 		})
 	}

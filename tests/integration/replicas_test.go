@@ -215,7 +215,8 @@ func TestReplicas(t *testing.T) {
 func checkPresigned(t *testing.T, bucket s3test.Config, v map[string]any, want []byte, ttl time.Duration) []byte {
 	t.Helper()
 	raw, _ := v["url"].(string)
-	if !strings.HasPrefix(raw, bucket.Endpoint+"/"+bucket.Bucket+"/objects/") {
+	if !strings.HasPrefix(raw, bucket.Endpoint+"/"+bucket.Bucket+"/objects/") &&
+		!strings.HasPrefix(raw, bucket.Endpoint+"/"+bucket.Bucket+"/blobs/") {
 		t.Fatalf("url %q is not an object URL of the bucket", raw)
 	}
 	u, err := url.Parse(raw)

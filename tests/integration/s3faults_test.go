@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/minio/minio-go/v7"
 
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/pgtest"
@@ -23,10 +25,17 @@ import (
 // store's own error reaches the client.
 const genericMessage = "an unexpected error occurred; please retry later"
 
-// TestS3Faults covers acceptance 3 of issue 12 on a private S3 server that
-// the test stops and starts: the store stopped mid-upload, a client that
-// goes away mid-upload, a hash mismatch of a streamed upload, and reads
-// with the store down, before and during the response.
+// TestS3Faults covers acceptance 3 of issue 12 and acceptance 2 of issue
+// 32 on a private S3 server that the test stops and starts, with a bucket
+// that already holds objects of both layouts (at keys under blobs/, at
+// addresses under objects/, as the previous release wrote them) and a
+// temp object an earlier release left under tmp/: the store stopped
+// mid-upload, a client that goes away mid-upload, the gateway killed
+// (SIGKILL) mid-upload, a hash mismatch of a streamed upload, reads with
+// the store down, before and during the response, and uploads of bytes
+// already held (dedup) and deletes down to the last record. After each,
+// once swept, the bucket holds exactly what the records name (no orphan)
+// and every record's bytes read back whole (none lost).
 func TestS3Faults(t *testing.T) {
 	t.Parallel()
 	srv := s3test.StartServer(t)
@@ -36,14 +45,27 @@ func TestS3Faults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := gateway.Start(t, siteConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\t%s\n\t\tmax_upload_size 64MiB",
-		pgtest.DSN(t), pgtest.RedisURL(t), bucket.Caddyfile("part_size 5MiB")), "comfy_auth none"), gateway.Options{})
+	cfg := siteConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\t%s\n\t\tmax_upload_size 64MiB",
+		pgtest.DSN(t), pgtest.RedisURL(t), bucket.Caddyfile("part_size 5MiB")), "comfy_auth none")
+	g := gateway.Start(t, cfg, gateway.Options{})
+	parent := t                   // the restarted gateway outlives its subtest
 	data := randomBytes(30 << 20) // six parts
+	seeded := seedBothLayouts(t, g, bucket)
+	// nothingInBucket: nothing but the seeded objects, each read back whole.
 	nothingInBucket := func(t *testing.T) {
 		t.Helper()
-		if keys := bucket.Keys(t, ""); len(keys) != 0 {
-			t.Fatalf("the bucket holds %v", keys)
+		if keys := bucket.Keys(t, ""); !sameKeys(keys, seeded.keys) {
+			t.Fatalf("the bucket holds %v, want only the seeded %v", keys, seeded.keys)
 		}
+		seeded.readBack(t, g)
+	}
+	uploading := func() bool {
+		for _, k := range bucket.Keys(t, "") {
+			if strings.Contains(k, "?uploadId=") {
+				return true
+			}
+		}
+		return false
 	}
 	// sweep is what the gateway's sweeper does once leftovers are an hour
 	// old, without waiting the hour.
@@ -62,7 +84,7 @@ func TestS3Faults(t *testing.T) {
 			defer close(stopped)
 			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {
-				if keys := bucket.Keys(t, "tmp/"); len(keys) > 0 {
+				if uploading() {
 					srv.Stop(t)
 					return
 				}
@@ -80,6 +102,9 @@ func TestS3Faults(t *testing.T) {
 		left := bucket.Keys(t, "")
 		t.Logf("left after the failure (the abort could not reach the stopped store): %v", left)
 		sweep(t)
+		if left := bucket.Keys(t, tempDir); len(left) != 0 {
+			t.Fatalf("the earlier release's temp object was not swept: %v", left)
+		}
 		nothingInBucket(t)
 		if r := do(t, http.MethodHead, g.URL+"/api/v2/assets/by-hash/"+hashOf(data), nil, nil); r.Status != http.StatusNotFound {
 			t.Errorf("HEAD by-hash of the failed upload: %d", r.Status)
@@ -98,16 +123,42 @@ func TestS3Faults(t *testing.T) {
 		go func() {
 			defer close(gone)
 			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) && len(bucket.Keys(t, "tmp/")) == 0 {
+			for time.Now().Before(deadline) && !uploading() {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 		paceUpload(t, g, "", data, gone) // cut when gone closes
 		// The gateway aborts on its own; nothing waits for a sweep.
 		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && len(bucket.Keys(t, "")) != 0 {
+		for time.Now().Before(deadline) && uploading() {
 			time.Sleep(50 * time.Millisecond)
 		}
+		nothingInBucket(t)
+	})
+
+	t.Run("gateway killed mid-upload", func(t *testing.T) {
+		killed := make(chan struct{})
+		go func() {
+			defer close(killed)
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) && !uploading() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			g.Kill()
+		}()
+		paceUpload(t, g, "", data, killed)
+		<-killed
+		g = gateway.Start(parent, cfg, gateway.Options{Port: g.Port})
+		if !uploading() {
+			t.Fatal("nothing of the killed upload is left to sweep: the kill came too late to test anything")
+		}
+		sweep(t) // what the restarted gateway's sweeper does an hour on
+		nothingInBucket(t)
+		retry := upload(t, g, nil, uploadParts(data, "after-kill.bin")...)
+		if retry.Status != http.StatusCreated {
+			t.Fatalf("the upload again after the restart: %d %s", retry.Status, retry.Body)
+		}
+		deleteAsset(t, g, retry.JSON(t)["id"].(string))
 		nothingInBucket(t)
 	})
 
@@ -167,7 +218,116 @@ func TestS3Faults(t *testing.T) {
 			t.Logf("the transfer failed after %d of %d bytes: %v", got, len(data), err)
 		}
 		srv.Start(t)
+		deleteAsset(t, g, up.JSON(t)["id"].(string))
+		nothingInBucket(t)
 	})
+
+	t.Run("dedup over both layouts, then every record deleted", func(t *testing.T) {
+		// Each seeded blob's bytes again, with and without the hash: no
+		// new object, the seeded one serves them.
+		var again []string
+		for i, b := range seeded.blobs {
+			for _, declared := range []bool{false, true} {
+				var extra []part
+				if declared {
+					extra = append(extra, part{name: "expected_hash", value: hashOf(b.data)})
+				}
+				r := upload(t, g, nil, uploadParts(b.data, fmt.Sprintf("again-%d-%v.bin", i, declared), extra...)...)
+				if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+					t.Fatalf("upload of seeded bytes: %d %s", r.Status, r.Body)
+				}
+				again = append(again, r.JSON(t)["id"].(string))
+			}
+		}
+		nothingInBucket(t)
+		for _, id := range again {
+			deleteAsset(t, g, id)
+		}
+		nothingInBucket(t)
+		// The last record of each goes: its object with it, whatever its
+		// layout.
+		for _, b := range seeded.blobs {
+			deleteAsset(t, g, b.id)
+		}
+		if keys := bucket.Keys(t, ""); len(keys) != 0 {
+			t.Fatalf("the bucket holds %v after the last records went", keys)
+		}
+	})
+}
+
+// tempDir is where the release before issue 32 staged uploads.
+const tempDir = "tmp/"
+
+// seededBlob is one asset the bucket held before a test's faults.
+type seededBlob struct {
+	id   string
+	data []byte
+}
+
+// seed is what seedBothLayouts put in the bucket.
+type seed struct {
+	blobs []seededBlob
+	keys  []string // the bucket's keys once seeded (without the temp object)
+}
+
+// seedBothLayouts uploads assets of both layouts through g (one part and
+// several; with expected_hash they are at their address, as every object
+// the previous release kept) and leaves an earlier release's temp object
+// under tmp/, which the first sweep must remove.
+func seedBothLayouts(t *testing.T, g *gateway.Gateway, bucket s3test.Config) seed {
+	t.Helper()
+	var s seed
+	for i, c := range []struct {
+		size     int
+		declared bool
+	}{{70_000, false}, {6<<20 + 11, false}, {80_000, true}, {6<<20 + 13, true}} {
+		data := randomBytes(c.size)
+		var extra []part
+		if c.declared {
+			extra = append(extra, part{name: "expected_hash", value: hashOf(data)})
+		}
+		r := upload(t, g, nil, uploadParts(data, fmt.Sprintf("seed-%d.bin", i), extra...)...)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("seeding: %d %s", r.Status, r.Body)
+		}
+		s.blobs = append(s.blobs, seededBlob{id: r.JSON(t)["id"].(string), data: data})
+	}
+	s.keys = bucket.Keys(t, "")
+	var keyed, addressed int
+	for _, k := range s.keys {
+		if strings.HasPrefix(k, "blobs/") {
+			keyed++
+		} else if strings.HasPrefix(k, "objects/") {
+			addressed++
+		}
+	}
+	if keyed != 2 || addressed != 2 {
+		t.Fatalf("seeded %v, want two objects of each layout", s.keys)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	left := []byte("an upload of the release before, cut before its copy")
+	if _, err := bucket.Client(t).PutObject(ctx, bucket.Bucket, tempDir+"20250101T000000-"+strings.Repeat("ab", 16),
+		bytes.NewReader(left), int64(len(left)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// readBack checks that every seeded asset serves its bytes.
+func (s seed) readBack(t *testing.T, g *gateway.Gateway) {
+	t.Helper()
+	for _, b := range s.blobs {
+		r := do(t, http.MethodGet, g.URL+"/api/v2/assets/"+b.id+"/content", nil, nil)
+		if r.Status != http.StatusOK || !bytes.Equal(r.Body, b.data) {
+			t.Fatalf("seeded asset %s: %d, %d bytes; want its %d", b.id, r.Status, len(r.Body), len(b.data))
+		}
+	}
+}
+
+// sameKeys reports whether got and want list the same keys.
+func sameKeys(got, want []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want)))
 }
 
 // paceUpload posts data as an upload with the given Idempotency-Key ("" for

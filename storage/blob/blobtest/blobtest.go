@@ -40,8 +40,9 @@ var cases = []storeCase{
 	{"RoundTrip", testRoundTrip},
 	{"RangedRead", testRangedRead},
 	{"RemoveAndMissing", testRemoveAndMissing},
-	{"InvalidHash", testInvalidHash},
+	{"InvalidRef", testInvalidRef},
 	{"PublishExisting", testPublishExisting},
+	{"PublishOverMissing", testPublishOverMissing},
 	{"ExpectedHash", testExpectedHash},
 	{"AbortLeavesNothing", testAbortLeavesNothing},
 	{"OutOfOrder", testOutOfOrder},
@@ -96,11 +97,12 @@ func (s *smallReader) Read(p []byte) (int, error) {
 	return s.r.Read(p)
 }
 
-// put uploads data through ReadFrom in multipart-sized reads, publishes it
-// and aborts (the cleanup every caller does), and returns its hash.
-func put(t *testing.T, s blob.Store, data []byte) string {
+// put uploads data (declaring its hash when expected is set) through
+// ReadFrom in multipart-sized reads, publishes it as new bytes and aborts
+// (the cleanup every caller does), and returns the object.
+func put(t *testing.T, s blob.Store, data []byte, expected ...string) blob.Ref {
 	t.Helper()
-	u, err := s.NewUpload(ctx(t), "")
+	u, err := s.NewUpload(ctx(t), strings.Join(expected, ""))
 	if err != nil {
 		t.Fatalf("NewUpload: %v", err)
 	}
@@ -115,26 +117,30 @@ func put(t *testing.T, s blob.Store, data []byte) string {
 	if want := hashOf(data); hash != want || size != int64(len(data)) {
 		t.Fatalf("Finish = %s, %d; want %s, %d", hash, size, want, len(data))
 	}
-	if err := u.Publish(); err != nil {
+	ref, err := u.Publish(nil)
+	if err != nil {
 		t.Fatalf("Publish: %v", err)
+	}
+	if ref.Hash != hash || ref.Key != u.Key() {
+		t.Fatalf("Publish = %+v, want the upload's own object %s at key %q", ref, hash, u.Key())
 	}
 	if err := u.Abort(); err != nil {
 		t.Fatalf("Abort after Publish: %v", err)
 	}
-	return hash
+	return ref
 }
 
 // readAll reads the whole object through Open.
-func readAll(t *testing.T, s blob.Store, hash string) []byte {
+func readAll(t *testing.T, s blob.Store, obj blob.Ref) []byte {
 	t.Helper()
-	r, size, err := s.Open(ctx(t), hash, 0)
+	r, size, err := s.Open(ctx(t), obj, 0)
 	if err != nil {
-		t.Fatalf("Open(%s): %v", hash, err)
+		t.Fatalf("Open(%s): %v", obj, err)
 	}
 	defer r.Close()
 	b, err := io.ReadAll(r)
 	if err != nil {
-		t.Fatalf("read %s: %v", hash, err)
+		t.Fatalf("read %s: %v", obj, err)
 	}
 	if int64(len(b)) != size {
 		t.Fatalf("read %d bytes, Open said %d", len(b), size)
@@ -154,16 +160,55 @@ func assertNoLeftovers(t *testing.T, s blob.Store) {
 	}
 }
 
-func assertMissing(t *testing.T, s blob.Store, hash string) {
+func assertMissing(t *testing.T, s blob.Store, obj blob.Ref) {
 	t.Helper()
-	if _, err := s.Stat(ctx(t), hash); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("Stat(missing) = %v, want fs.ErrNotExist", err)
+	if _, err := s.Stat(ctx(t), obj); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Stat(missing %s) = %v, want fs.ErrNotExist", obj, err)
 	}
-	if r, _, err := s.Open(ctx(t), hash, 0); !errors.Is(err, fs.ErrNotExist) {
+	if r, _, err := s.Open(ctx(t), obj, 0); !errors.Is(err, fs.ErrNotExist) {
 		if r != nil {
 			r.Close()
 		}
-		t.Fatalf("Open(missing) = %v, want fs.ErrNotExist", err)
+		t.Fatalf("Open(missing %s) = %v, want fs.ErrNotExist", obj, err)
+	}
+}
+
+// listAll lists every published object.
+func listAll(t *testing.T, s blob.Store) []blob.Ref {
+	t.Helper()
+	refs, err := s.List(ctx(t), blob.Ref{}, 10000)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return refs
+}
+
+// assertObjects checks that the store holds exactly the objects want: what
+// an upload did not publish as the blob's, it left nowhere.
+func assertObjects(t *testing.T, s blob.Store, want ...blob.Ref) {
+	t.Helper()
+	got := listAll(t, s)
+	listed := func(r blob.Ref) blob.Ref {
+		if r.Key != "" {
+			r.Hash = "" // List names a keyed object by its key alone
+		}
+		return r
+	}
+	wantSet := map[blob.Ref]bool{}
+	for _, r := range want {
+		wantSet[listed(r)] = true
+	}
+	gotSet := map[blob.Ref]bool{}
+	for _, r := range got {
+		gotSet[r] = true
+	}
+	if len(got) != len(gotSet) || len(gotSet) != len(wantSet) {
+		t.Fatalf("the store holds %v, want %v", got, want)
+	}
+	for r := range wantSet {
+		if !gotSet[r] {
+			t.Fatalf("the store holds %v, want %v", got, want)
+		}
 	}
 }
 
@@ -206,23 +251,31 @@ func testRoundTrip(t *testing.T, h Harness) {
 			if again, _, _ := u.Finish(); again != hash {
 				t.Fatalf("second Finish = %s", again)
 			}
-			assertMissing(t, s, hash) // not visible before Publish
-			if err := u.Publish(); err != nil {
-				t.Fatalf("Publish: %v", err)
+			own := blob.Ref{Hash: hash, Key: u.Key()}
+			assertMissing(t, s, own) // not visible before Publish
+			assertObjects(t, s)
+			ref, err := u.Publish(nil)
+			if err != nil || ref != own {
+				t.Fatalf("Publish = %+v, %v; want %+v", ref, err, own)
+			}
+			if again, err := u.Publish(nil); err != nil || again != ref {
+				t.Fatalf("second Publish = %+v, %v", again, err)
 			}
 			if err := u.Abort(); err != nil {
 				t.Fatalf("Abort after Publish: %v", err)
 			}
-			if got, err := s.Stat(ctx(t), hash); err != nil || got != int64(size) {
+			if got, err := s.Stat(ctx(t), ref); err != nil || got != int64(size) {
 				t.Fatalf("Stat = %d, %v; want %d", got, err, size)
 			}
-			if got := readAll(t, s, hash); !bytes.Equal(got, data) {
+			if got := readAll(t, s, ref); !bytes.Equal(got, data) {
 				t.Fatalf("%s %d bytes: read back %d different bytes", name, size, len(got))
 			}
 			assertNoLeftovers(t, s)
-			if err := s.Remove(ctx(t), hash); err != nil {
+			assertObjects(t, s, ref)
+			if err := s.Remove(ctx(t), ref); err != nil {
 				t.Fatalf("Remove: %v", err)
 			}
+			assertObjects(t, s)
 		}
 	}
 }
@@ -232,10 +285,15 @@ func testRoundTrip(t *testing.T, h Harness) {
 func testRangedRead(t *testing.T, h Harness) {
 	s := h.Store
 	data := randomBytes(2*h.Large+777, 7)
-	hash := put(t, s, data)
+	for _, expected := range []string{"", hashOf(data)} { // both layouts
+		rangedRead(t, s, h.Large, data, put(t, s, data, expected))
+	}
+}
+
+func rangedRead(t *testing.T, s blob.Store, large int, data []byte, hash blob.Ref) {
 	size := int64(len(data))
 	for _, rg := range []struct{ from, n int64 }{
-		{0, size}, {1, 10}, {int64(h.Large) - 3, 10}, {size - 1, 1}, {size / 2, size - size/2}, {size, 0},
+		{0, size}, {1, 10}, {int64(large) - 3, 10}, {size - 1, 1}, {size / 2, size - size/2}, {size, 0},
 	} {
 		r, got, err := s.Open(ctx(t), hash, rg.from)
 		if err != nil {
@@ -286,7 +344,7 @@ func testRemoveAndMissing(t *testing.T, h Harness) {
 	s := h.Store
 	data := []byte("content")
 	hash := put(t, s, data)
-	never := hashOf([]byte("never stored"))
+	never := blob.Ref{Hash: hashOf([]byte("never stored"))}
 	assertMissing(t, s, never)
 	if err := s.Remove(ctx(t), never); err != nil {
 		t.Fatalf("Remove(missing) = %v, want success", err)
@@ -304,18 +362,30 @@ func testRemoveAndMissing(t *testing.T, h Harness) {
 	}
 }
 
-func testInvalidHash(t *testing.T, h Harness) {
+// testInvalidRef: a malformed hash, or a key the store could not have
+// written (keys come from the database), is refused before any I/O.
+func testInvalidRef(t *testing.T, h Harness) {
 	s := h.Store
 	hx := strings.Repeat("ab", 32)
-	for _, bad := range []string{"", "blake3:" + strings.ToUpper(hx), "blake3:../" + hx[3:], "blake3:" + hx + "/..", "sha256:" + hx} {
-		if _, err := s.Stat(ctx(t), bad); !errors.Is(err, blob.ErrInvalidHash) {
-			t.Errorf("Stat(%q) = %v, want ErrInvalidHash", bad, err)
+	ok := hashOf([]byte("a valid hash"))
+	for _, bad := range []blob.Ref{
+		{}, {Hash: "blake3:" + strings.ToUpper(hx)}, {Hash: "blake3:../" + hx[3:]}, {Hash: "blake3:" + hx + "/.."},
+		{Hash: "sha256:" + hx},
+		{Hash: ok, Key: "../" + hx}, {Hash: ok, Key: "tmp/" + hx}, {Hash: ok, Key: "objects/ab/ab/" + hx},
+		{Hash: ok, Key: "blobs/../" + hx[:29]}, {Key: "/etc/passwd"},
+	} {
+		want := blob.ErrInvalidHash
+		if bad.Key != "" {
+			want = blob.ErrInvalidKey
 		}
-		if _, _, err := s.Open(ctx(t), bad, 0); !errors.Is(err, blob.ErrInvalidHash) {
-			t.Errorf("Open(%q) = %v, want ErrInvalidHash", bad, err)
+		if _, err := s.Stat(ctx(t), bad); !errors.Is(err, want) {
+			t.Errorf("Stat(%+v) = %v, want %v", bad, err, want)
 		}
-		if err := s.Remove(ctx(t), bad); !errors.Is(err, blob.ErrInvalidHash) {
-			t.Errorf("Remove(%q) = %v, want ErrInvalidHash", bad, err)
+		if _, _, err := s.Open(ctx(t), bad, 0); !errors.Is(err, want) {
+			t.Errorf("Open(%+v) = %v, want %v", bad, err, want)
+		}
+		if err := s.Remove(ctx(t), bad); !errors.Is(err, want) {
+			t.Errorf("Remove(%+v) = %v, want %v", bad, err, want)
 		}
 	}
 }

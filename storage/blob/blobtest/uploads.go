@@ -14,44 +14,106 @@ import (
 )
 
 // testPublishExisting publishes the same bytes from several uploads, small
-// and streamed: every Publish succeeds, one object holds the bytes.
+// and streamed, of both layouts, the way the storage layer does: the
+// first as new bytes, the others told of the first's object, which they
+// keep. One object holds the bytes, and the others left nothing behind.
 func testPublishExisting(t *testing.T, h Harness) {
 	s := h.Store
 	for _, size := range []int{10, 2*h.Large + 1} {
 		data := randomBytes(size, uint64(size))
-		uploads := make([]blob.Upload, 3)
-		for i := range uploads {
-			u, err := s.NewUpload(ctx(t), "")
-			if err != nil {
+		// Which uploads declare the hash: every pair of layouts, held
+		// and new, comes up.
+		for _, declared := range [][3]bool{{false, false, false}, {true, false, true}, {false, true, true}} {
+			uploads := make([]blob.Upload, 3)
+			for i := range uploads {
+				expected := ""
+				if declared[i] {
+					expected = hashOf(data)
+				}
+				u, err := s.NewUpload(ctx(t), expected)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer u.Abort()
+				if _, err := u.Write(data); err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := u.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				uploads[i] = u
+			}
+			var held *blob.Ref
+			for i, u := range uploads {
+				ref, err := u.Publish(held)
+				if err != nil {
+					t.Fatalf("Publish #%d: %v", i, err)
+				}
+				if held != nil && ref != *held {
+					t.Fatalf("Publish #%d over %+v = %+v, want the held object kept", i, *held, ref)
+				}
+				held = &ref
+				if err := u.Abort(); err != nil {
+					t.Fatalf("Abort #%d: %v", i, err)
+				}
+			}
+			if got := readAll(t, s, *held); !bytes.Equal(got, data) {
+				t.Fatal("object does not hold the uploaded bytes")
+			}
+			assertNoLeftovers(t, s)
+			assertObjects(t, s, *held)
+			if err := s.Remove(ctx(t), *held); err != nil {
 				t.Fatal(err)
 			}
-			defer u.Abort()
-			if _, err := u.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := u.Finish(); err != nil {
-				t.Fatal(err)
-			}
-			uploads[i] = u
 		}
-		for i, u := range uploads {
-			if err := u.Publish(); err != nil {
-				t.Fatalf("Publish #%d: %v", i, err)
-			}
-			if err := u.Abort(); err != nil {
-				t.Fatalf("Abort #%d: %v", i, err)
-			}
+	}
+}
+
+// testPublishOverMissing: the object a blob's row records is gone (damage
+// from outside the store's protocol); the next upload of the bytes takes
+// its place instead of keeping a reference to nothing.
+func testPublishOverMissing(t *testing.T, h Harness) {
+	s := h.Store
+	for _, size := range []int{10, 2*h.Large + 1} {
+		data := randomBytes(size, uint64(size)+7)
+		gone := put(t, s, data)
+		if err := s.Remove(ctx(t), gone); err != nil {
+			t.Fatal(err)
 		}
-		if got := readAll(t, s, hashOf(data)); !bytes.Equal(got, data) {
-			t.Fatal("object does not hold the uploaded bytes")
+		u, err := s.NewUpload(ctx(t), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := u.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := u.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := u.Publish(&gone)
+		if err != nil {
+			t.Fatalf("Publish over a missing object: %v", err)
+		}
+		if want := (blob.Ref{Hash: hashOf(data), Key: u.Key()}); ref != want {
+			t.Fatalf("Publish over a missing object = %+v, want the upload's own %+v", ref, want)
+		}
+		if err := u.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, s, ref); !bytes.Equal(got, data) {
+			t.Fatal("the replacing object holds other bytes")
 		}
 		assertNoLeftovers(t, s)
+		assertObjects(t, s, ref)
+		if err := s.Remove(ctx(t), ref); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 // testExpectedHash: an upload started with the client's declared hash
-// publishes bytes that match it (also over bytes already stored), and
-// refuses bytes that do not, leaving nothing at either address.
+// publishes bytes that match it (also over bytes already stored, which it
+// keeps), and refuses bytes that do not, leaving nothing behind.
 func testExpectedHash(t *testing.T, h Harness) {
 	s := h.Store
 	for _, size := range []int{10, 2*h.Large + 1} {
@@ -62,8 +124,10 @@ func testExpectedHash(t *testing.T, h Harness) {
 			expected string
 			stored   bool // the bytes are in the store already
 		}{{"matching", hashOf(data), false}, {"matching, already stored", hashOf(data), true}, {"not matching", other, false}} {
+			var held *blob.Ref
 			if c.stored {
-				put(t, s, data)
+				ref := put(t, s, data)
+				held = &ref
 			}
 			u, err := s.NewUpload(ctx(t), c.expected)
 			if err != nil {
@@ -77,9 +141,9 @@ func testExpectedHash(t *testing.T, h Harness) {
 				t.Fatalf("%d bytes, %s: Finish = %s, %d, %v", size, c.name, hash, n, err)
 			}
 			if !c.stored {
-				assertMissing(t, s, hash)
+				assertObjects(t, s)
 			}
-			perr := u.Publish()
+			ref, perr := u.Publish(held)
 			if err := u.Abort(); err != nil {
 				t.Fatalf("%d bytes, %s: Abort: %v", size, c.name, err)
 			}
@@ -88,17 +152,20 @@ func testExpectedHash(t *testing.T, h Harness) {
 				if !errors.Is(perr, blob.ErrHashMismatch) {
 					t.Fatalf("%d bytes, %s: Publish = %v, want ErrHashMismatch", size, c.name, perr)
 				}
-				assertMissing(t, s, hash)
-				assertMissing(t, s, c.expected)
+				assertObjects(t, s)
 				continue
 			}
 			if perr != nil {
 				t.Fatalf("%d bytes, %s: Publish: %v", size, c.name, perr)
 			}
-			if got := readAll(t, s, hash); !bytes.Equal(got, data) {
+			if held != nil && ref != *held {
+				t.Fatalf("%d bytes, %s: Publish = %+v, want the stored %+v kept", size, c.name, ref, *held)
+			}
+			if got := readAll(t, s, ref); !bytes.Equal(got, data) {
 				t.Fatalf("%d bytes, %s: read back other bytes", size, c.name)
 			}
-			if err := s.Remove(ctx(t), hash); err != nil {
+			assertObjects(t, s, ref)
+			if err := s.Remove(ctx(t), ref); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -133,14 +200,14 @@ func testAbortLeavesNothing(t *testing.T, h Harness) {
 			}
 		}
 		assertNoLeftovers(t, s)
-		assertMissing(t, s, hashOf(d))
+		assertObjects(t, s)
 	}
 }
 
 func testOutOfOrder(t *testing.T, h Harness) {
 	s := h.Store
 	for name, run := range map[string]func(u blob.Upload) error{
-		"Publish before Finish": func(u blob.Upload) error { return u.Publish() },
+		"Publish before Finish": func(u blob.Upload) error { _, err := u.Publish(nil); return err },
 		"Write after Finish": func(u blob.Upload) error {
 			if _, _, err := u.Finish(); err != nil {
 				return err
@@ -161,7 +228,8 @@ func testOutOfOrder(t *testing.T, h Harness) {
 		"Publish after Abort": func(u blob.Upload) error {
 			_, _, _ = u.Finish()
 			_ = u.Abort()
-			return u.Publish()
+			_, err := u.Publish(nil)
+			return err
 		},
 	} {
 		u, err := s.NewUpload(ctx(t), "")
@@ -218,22 +286,23 @@ func testCanceledUpload(t *testing.T, h Harness) {
 	}
 	cancel()
 	_, werr := u.Write(data[h.Large+1:])
-	hash, _, ferr := u.Finish()
+	_, _, ferr := u.Finish()
 	perr := errors.New("not published")
+	var ref blob.Ref
 	if werr == nil && ferr == nil {
 		// A local store has nothing to cancel; it must still be whole.
-		perr = u.Publish()
+		ref, perr = u.Publish(nil)
 	}
 	if err := u.Abort(); err != nil {
 		t.Fatalf("Abort: %v", err)
 	}
 	assertNoLeftovers(t, s)
 	if perr == nil {
-		if got := readAll(t, s, hash); !bytes.Equal(got, data) {
+		if got := readAll(t, s, ref); !bytes.Equal(got, data) {
 			t.Fatal("an upload that succeeded despite the cancel holds other bytes")
 		}
 	} else {
-		assertMissing(t, s, hashOf(data))
+		assertObjects(t, s)
 	}
 }
 
@@ -286,12 +355,12 @@ func testLeftoversAndSweep(t *testing.T, h Harness) {
 	assertNoLeftovers(t, s)
 	// The swept uploads fail cleanly instead of publishing missing bytes.
 	if _, _, err := crashed["streaming"].Finish(); err == nil {
-		if err := crashed["streaming"].Publish(); err == nil {
+		if _, err := crashed["streaming"].Publish(nil); err == nil {
 			t.Fatal("an upload whose temporary state was swept published")
 		}
 	}
 	for _, stage := range []string{"finished", "finished, expected hash"} {
-		if err := crashed[stage].Publish(); err == nil {
+		if _, err := crashed[stage].Publish(nil); err == nil {
 			t.Fatalf("%s: an upload whose temporary state was swept published", stage)
 		}
 	}
@@ -299,6 +368,7 @@ func testLeftoversAndSweep(t *testing.T, h Harness) {
 		_ = u.Abort()
 	}
 	assertNoLeftovers(t, s)
+	assertObjects(t, s)
 }
 
 // testStoreDown: with the store down every operation fails with an error
@@ -328,7 +398,7 @@ func testStoreDown(t *testing.T, h Harness) {
 	if _, err := s.Stat(ctx(t), hash); err == nil || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Stat with the store down = %v, want a store error", err)
 	}
-	if got, err := s.List(ctx(t), "", 10); err == nil {
+	if got, err := s.List(ctx(t), blob.Ref{}, 10); err == nil {
 		t.Errorf("List with the store down = %v, want a store error", got)
 	}
 	if r, _, err := s.Open(ctx(t), hash, 0); err == nil || errors.Is(err, fs.ErrNotExist) {
@@ -346,7 +416,7 @@ func testStoreDown(t *testing.T, h Harness) {
 		_, _, ferr := u.Finish()
 		perr := errors.New("not published")
 		if werr == nil && ferr == nil {
-			perr = u.Publish()
+			_, perr = u.Publish(nil)
 		}
 		failed = perr != nil
 		_ = u.Abort() // may not reach the store; the sweep below must
@@ -360,7 +430,7 @@ func testStoreDown(t *testing.T, h Harness) {
 		t.Fatalf("Sweep after the store came back: %v", err)
 	}
 	assertNoLeftovers(t, s)
-	assertMissing(t, s, hashOf(other))
+	assertObjects(t, s, hash)
 	if got := readAll(t, s, hash); !bytes.Equal(got, stored) {
 		t.Fatal("a stored object changed across the outage")
 	}

@@ -9,47 +9,66 @@ import (
 	"github.com/comfygate/comfygate/storage/blob"
 )
 
-// List returns up to limit published addresses after after, in ascending
-// order: a listing of <prefix>objects/ that starts after after's key (keys
-// sort as the addresses do). Keys under objects/ that are not an address
-// (nothing this store writes) are skipped.
-func (s *Store) List(ctx context.Context, after string, limit int) ([]string, error) {
+// List returns up to limit published objects after after, in ascending
+// order of their keys: those under <prefix>blobs/ (listed by Key), then
+// those at an address under <prefix>objects/ (listed by Hash; keys there
+// sort as the addresses do). Keys that are neither (nothing this store
+// writes) are skipped.
+func (s *Store) List(ctx context.Context, after blob.Ref, limit int) ([]blob.Ref, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	opts := minio.ListObjectsOptions{Prefix: s.prefix + "objects/", Recursive: true, MaxKeys: min(limit, 1000)}
-	if after != "" {
+	start := ""
+	if after != (blob.Ref{}) {
+		if after.Key != "" {
+			after.Hash = "" // a listed Ref names its object by Key alone
+		}
 		key, err := s.objectKey(after)
 		if err != nil {
 			return nil, err
 		}
-		opts.StartAfter = key
+		start = key
 	}
-	var out []string
-	for obj := range s.core.ListObjectsIter(ctx, s.bucket, opts) {
-		if obj.Err != nil {
-			return nil, mapErr("list objects", obj.Err)
+	var out []blob.Ref
+	for _, dir := range []string{blobDir, addressDir} {
+		prefix := s.prefix + dir
+		if start >= prefix+"\xff" {
+			continue // after lies past this directory
 		}
-		if hash, ok := s.addressOf(obj.Key); ok {
-			out = append(out, hash)
-			if len(out) == limit {
-				break
+		opts := minio.ListObjectsOptions{Prefix: prefix, Recursive: true, MaxKeys: min(limit-len(out), 1000)}
+		if start > prefix {
+			opts.StartAfter = start
+		}
+		for obj := range s.core.ListObjectsIter(ctx, s.bucket, opts) {
+			if obj.Err != nil {
+				return nil, mapErr("list objects", obj.Err)
+			}
+			if ref, ok := s.refOf(obj.Key); ok {
+				out = append(out, ref)
+				if len(out) == limit {
+					return out, nil
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
-// addressOf is the address whose object key is key, if key is one.
-func (s *Store) addressOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, s.prefix+"objects/")
+// refOf is the Ref of the object at key, if it is one this store writes.
+func (s *Store) refOf(key string) (blob.Ref, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix)
 	if !ok {
-		return "", false
+		return blob.Ref{}, false
 	}
-	i := strings.LastIndexByte(rest, '/')
-	hash := blob.HashPrefix + rest[i+1:]
-	if want, err := s.objectKey(hash); err != nil || want != key {
-		return "", false
+	if isBlobKey(rest) {
+		return blob.Ref{Key: rest}, true
 	}
-	return hash, true
+	if !strings.HasPrefix(rest, addressDir) {
+		return blob.Ref{}, false
+	}
+	hash := blob.HashPrefix + rest[strings.LastIndexByte(rest, '/')+1:]
+	if want, err := s.addressKey(hash); err != nil || want != key {
+		return blob.Ref{}, false
+	}
+	return blob.Ref{Hash: hash}, true
 }

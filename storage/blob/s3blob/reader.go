@@ -9,17 +9,20 @@ import (
 	"strings"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/comfygate/comfygate/storage/blob"
 )
 
 // Open fetches the object from from on (one GET, whose answer is awaited
 // here, so that a missing object or a store that is down is an error before
 // the caller writes anything) and returns it as a ReadSeekCloser. A Seek
 // elsewhere makes the next Read fetch again from there.
-func (s *Store) Open(ctx context.Context, hash string, from int64) (io.ReadSeekCloser, int64, error) {
-	key, err := s.objectKey(hash)
+func (s *Store) Open(ctx context.Context, obj blob.Ref, from int64) (io.ReadSeekCloser, int64, error) {
+	key, err := s.objectKey(obj)
 	if err != nil {
 		return nil, 0, err
 	}
+	hash := obj.String()
 	if from < 0 {
 		return nil, 0, fmt.Errorf("s3blob: open %s at negative offset %d", hash, from)
 	}
@@ -28,7 +31,7 @@ func (s *Store) Open(ctx context.Context, hash string, from int64) (io.ReadSeekC
 	if isInvalidRange(err) {
 		// from is at or past the end: there is nothing to fetch, but the
 		// object exists; learn its size instead.
-		size, err = s.Stat(ctx, hash)
+		size, err = s.Stat(ctx, obj)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -48,7 +51,7 @@ type objectReader struct {
 	ctx     context.Context
 	s       *Store
 	key     string
-	hash    string
+	hash    string // names the object in messages
 	size    int64
 	pos     int64         // where the next Read reads
 	body    io.ReadCloser // nil when no response is open

@@ -2,18 +2,24 @@
 // S3-compatible object store (AWS S3, R2, GCS's S3 API, MinIO, Ceph,
 // versitygw), through github.com/minio/minio-go/v7.
 //
-// Objects live at <prefix>objects/ab/cd/<hex>. An upload streams into a
-// multipart upload under <prefix>tmp/, hashed with blake3 as it goes, with
-// at most three part buffers per upload (one filling, two in flight); once the
-// hash is known, Publish makes the temp object the content-addressed one by
-// a server-side copy, unless the object is already there. When the client
-// declared the hash up front (expected_hash, which the SDKs send), the parts
-// go to a multipart upload at that address instead, and Publish completes it
-// only if the bytes match: an incomplete multipart upload is as invisible as
-// a temp object, and no copy is needed. A body smaller than one part is put
-// at its address directly by Publish.
-// Failed uploads are aborted; what an abort cannot reach (a crash, a store
-// that is down) is found by Leftovers and removed by Sweep.
+// An object store has no rename and a copy costs a second pass over every
+// byte, so an upload streams straight into the object that keeps its bytes:
+// a multipart upload at a fresh key under <prefix>blobs/, hashed with blake3
+// as it goes, with at most three part buffers per upload (one filling, two
+// in flight). Publish completes it, and the blob's database row records the
+// key (content addressing lives in the database, which decides dedup): when
+// the row already names an object that still holds the bytes, the new
+// upload is aborted instead and the row keeps its object. When the client
+// declared the hash up front (expected_hash, which the SDKs send), the
+// upload goes to the hash's own address, <prefix>objects/ab/cd/<hex>, as
+// every object did before keys were recorded, and is completed only if the
+// bytes match. A body smaller than one part is put by Publish in one
+// request. No object is ever copied server-side.
+//
+// An incomplete multipart upload is invisible; failed uploads are aborted,
+// and what an abort cannot reach (a crash, a store that is down) is found
+// by Leftovers and removed by Sweep, with the temp objects under
+// <prefix>tmp/ that earlier releases wrote.
 package s3blob
 
 import (
@@ -44,9 +50,6 @@ const (
 	minPartSize = 5 << 20
 	// maxParts is S3's most parts of one multipart upload.
 	maxParts = 10000
-	// maxCopySize is the largest object one CopyObject request may copy;
-	// larger ones are copied part by part.
-	maxCopySize = 5 << 30
 	// MaxPresignTTL is the longest validity S3 allows a presigned URL.
 	MaxPresignTTL = 7 * 24 * time.Hour
 	// maxRetries bounds minio-go's retries of a failed request, so that a
@@ -76,6 +79,12 @@ type Config struct {
 	PathStyle bool
 	// PresignTTL, when positive, is how long presigned GET URLs are valid.
 	PresignTTL time.Duration
+	// PublicEndpoint, when set, is the base URL at which clients reach the
+	// store (https://host[:port]), for a store that the gateway reaches at
+	// an address clients cannot: presigned URLs name it instead of
+	// Endpoint. The signature covers the host, so whatever answers there
+	// must hand requests to the store with that Host header unchanged.
+	PublicEndpoint string
 	// PartSize is the multipart part size. Default DefaultPartSize.
 	PartSize int64
 	// Timeout is how long a request may make no progress (no byte sent or
@@ -97,6 +106,7 @@ func MaxObjectSize(partSize int64) int64 {
 // Store is a blob.Store on an S3 bucket. It is safe for concurrent use.
 type Store struct {
 	core       minio.Core
+	signer     *minio.Client // presigns; on PublicEndpoint when set
 	bucket     string
 	prefix     string
 	partSize   int64
@@ -105,9 +115,9 @@ type Store struct {
 
 // New returns a store for cfg. It does no I/O.
 func New(cfg Config) (*Store, error) {
-	u, err := url.Parse(cfg.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("s3blob: endpoint %q must be http(s)://host[:port]", cfg.Endpoint)
+	u, err := parseEndpoint("endpoint", cfg.Endpoint)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Bucket == "" {
 		return nil, errors.New("s3blob: a bucket is required")
@@ -157,8 +167,27 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3blob: %w", err)
 	}
+	signer := client
+	if cfg.PublicEndpoint != "" {
+		pub, err := parseEndpoint("public endpoint", cfg.PublicEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		// A client that only presigns: with the region given it never
+		// connects, so it needs no transport of its own.
+		signer, err = minio.New(pub.Host, &minio.Options{
+			Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+			Secure:       pub.Scheme == "https",
+			Region:       cfg.Region,
+			BucketLookup: lookup,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("s3blob: public endpoint: %w", err)
+		}
+	}
 	return &Store{
 		core:       minio.Core{Client: client},
+		signer:     signer,
 		bucket:     cfg.Bucket,
 		prefix:     cfg.Prefix,
 		partSize:   cfg.PartSize,
@@ -166,65 +195,121 @@ func New(cfg Config) (*Store, error) {
 	}, nil
 }
 
-// objectKey validates hash and returns its object's key.
-func (s *Store) objectKey(hash string) (string, error) {
+// parseEndpoint checks that raw is http(s)://host[:port] and parses it.
+func parseEndpoint(what, raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("s3blob: %s %q must be http(s)://host[:port]", what, raw)
+	}
+	return u, nil
+}
+
+// Key layout under the store's prefix.
+const (
+	// addressDir holds objects at their content address,
+	// objects/ab/cd/<hex>: uploads with a declared hash, and every object
+	// written before keys were recorded.
+	addressDir = "objects/"
+	// blobDir holds the objects uploads without a declared hash streamed
+	// into, blobs/<32 hex digits>: random, so that writes spread over the
+	// store's key space.
+	blobDir = "blobs/"
+	// tempDir held the temp objects of earlier releases, which copied them
+	// to their address; only Leftovers and Sweep still look there.
+	tempDir = "tmp/"
+	// blobKeyHex is how many hex digits name an object under blobDir.
+	blobKeyHex = 32
+)
+
+// addressKey validates hash and returns the key of its address.
+func (s *Store) addressKey(hash string) (string, error) {
 	h, err := blob.ParseHash(hash)
 	if err != nil || h != hash {
 		return "", blob.ErrInvalidHash
 	}
 	hx := hash[len(blob.HashPrefix):]
-	return s.prefix + "objects/" + hx[0:2] + "/" + hx[2:4] + "/" + hx, nil
+	return s.prefix + addressDir + hx[0:2] + "/" + hx[2:4] + "/" + hx, nil
 }
 
-// tempPrefix is where uploads stream before they have an address.
-func (s *Store) tempPrefix() string { return s.prefix + "tmp/" }
+// objectKey validates obj and returns its object's full key: its Key under
+// the prefix, or its hash's address.
+func (s *Store) objectKey(obj blob.Ref) (string, error) {
+	if obj.Key == "" {
+		return s.addressKey(obj.Hash)
+	}
+	if obj.Hash != "" {
+		if h, err := blob.ParseHash(obj.Hash); err != nil || h != obj.Hash {
+			return "", blob.ErrInvalidHash
+		}
+	}
+	if !isBlobKey(obj.Key) {
+		return "", fmt.Errorf("%w: %q", blob.ErrInvalidKey, obj.Key)
+	}
+	return s.prefix + obj.Key, nil
+}
 
-// newTempKey names a fresh temp object: its creation time (for a human
-// looking at the bucket) and 128 random bits.
-func (s *Store) newTempKey() string {
-	var b [16]byte
+// isBlobKey reports whether key (without the prefix) is one newBlobKey
+// makes.
+func isBlobKey(key string) bool {
+	hx, ok := strings.CutPrefix(key, blobDir)
+	if !ok || len(hx) != blobKeyHex {
+		return false
+	}
+	for i := 0; i < len(hx); i++ {
+		if c := hx[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// newBlobKey names a fresh object under blobDir: 128 random bits.
+func (s *Store) newBlobKey() string {
+	var b [blobKeyHex / 2]byte
 	_, _ = rand.Read(b[:])
-	return s.tempPrefix() + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+	return s.prefix + blobDir + hex.EncodeToString(b[:])
 }
 
 // NewUpload starts an upload. It does no I/O: the multipart upload begins
-// when the first part is full. With an expected hash the parts go to a
-// multipart upload at that hash's own key, which Publish completes (no copy)
-// once the bytes are known to match; otherwise to one under tmp/, which
-// Publish copies from.
+// when the first part is full. The parts go to a fresh key under blobs/,
+// or with an expected hash to that hash's address; Publish completes the
+// upload there, or aborts it when the blob's recorded object still holds
+// the bytes.
 func (s *Store) NewUpload(ctx context.Context, expected string) (blob.Upload, error) {
-	u := newUpload(ctx, s)
+	key := ""
 	if expected != "" {
-		key, err := s.objectKey(expected)
-		if err != nil {
+		var err error
+		if key, err = s.addressKey(expected); err != nil {
 			return nil, err
 		}
-		u.key, u.expected, u.direct = key, expected, true
+	} else {
+		key = s.newBlobKey()
 	}
-	return u, nil
+	return newUpload(ctx, s, key, expected), nil
 }
 
 // Stat returns the object's size.
-func (s *Store) Stat(ctx context.Context, hash string) (int64, error) {
-	key, err := s.objectKey(hash)
+func (s *Store) Stat(ctx context.Context, obj blob.Ref) (int64, error) {
+	key, err := s.objectKey(obj)
 	if err != nil {
 		return 0, err
 	}
 	info, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
-		return 0, mapErr("stat "+hash, err)
+		return 0, mapErr("stat "+obj.String(), err)
 	}
 	return info.Size, nil
 }
 
 // Remove deletes the object; S3 answers a missing key with success too.
-func (s *Store) Remove(ctx context.Context, hash string) error {
-	key, err := s.objectKey(hash)
+func (s *Store) Remove(ctx context.Context, obj blob.Ref) error {
+	key, err := s.objectKey(obj)
 	if err != nil {
 		return err
 	}
 	if err := s.core.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
-		return mapErr("remove "+hash, err)
+		return mapErr("remove "+obj.String(), err)
 	}
 	return nil
 }
@@ -232,11 +317,11 @@ func (s *Store) Remove(ctx context.Context, hash string) error {
 // PresignGet returns a presigned GET URL for the object, answered with
 // contentType, and the time until which it is valid: the signing time
 // rounded down to the second (as the signature records it) plus the TTL.
-func (s *Store) PresignGet(hash, contentType string) (string, time.Time, error) {
+func (s *Store) PresignGet(obj blob.Ref, contentType string) (string, time.Time, error) {
 	if s.presignTTL <= 0 {
 		return "", time.Time{}, errors.New("s3blob: presign is not configured")
 	}
-	key, err := s.objectKey(hash)
+	key, err := s.objectKey(obj)
 	if err != nil {
 		return "", time.Time{}, err
 	}
@@ -246,9 +331,9 @@ func (s *Store) PresignGet(hash, contentType string) (string, time.Time, error) 
 		params.Set("response-content-type", contentType)
 	}
 	// With the region known this is local computation; ctx is unused.
-	u, err := s.core.PresignedGetObject(context.Background(), s.bucket, key, s.presignTTL, params)
+	u, err := s.signer.PresignedGetObject(context.Background(), s.bucket, key, s.presignTTL, params)
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("s3blob: presign %s: %w", hash, err)
+		return "", time.Time{}, fmt.Errorf("s3blob: presign %s: %w", obj, err)
 	}
 	return u.String(), signedAt.Add(s.presignTTL), nil
 }
@@ -271,7 +356,8 @@ func isInvalidRange(err error) bool {
 	return errors.As(err, &resp) && (resp.Code == "InvalidRange" || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable)
 }
 
-// keyName is a key without the store's prefix, for messages.
+// keyName is a key without the store's prefix: a Ref's Key, and what
+// messages show.
 func (s *Store) keyName(key string) string { return strings.TrimPrefix(key, s.prefix) }
 
 var (

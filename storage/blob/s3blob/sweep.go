@@ -16,20 +16,22 @@ import (
 // Leftover's name.
 const uploadIDMark = "?uploadId="
 
-// Leftovers lists the temp objects under <prefix>tmp/ and the incomplete
-// multipart uploads there and under <prefix>objects/ (uploads streamed to
-// their expected address). An incomplete upload's Modified is when its last
-// part arrived (or when it began, before any part), so an upload that is
-// still streaming never looks stale.
+// Leftovers lists the incomplete multipart uploads under <prefix>blobs/,
+// <prefix>objects/ (uploads streamed to their expected address) and
+// <prefix>tmp/, and the temp objects earlier releases left under
+// <prefix>tmp/. An incomplete upload's Modified is when its last part
+// arrived (or when it began, before any part), so an upload that is still
+// streaming never looks stale.
 func (s *Store) Leftovers(ctx context.Context) ([]blob.Leftover, error) {
 	var out []blob.Leftover
-	for obj := range s.core.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.tempPrefix(), Recursive: true}) {
+	for obj := range s.core.ListObjectsIter(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix + tempDir, Recursive: true}) {
 		if obj.Err != nil {
 			return nil, fmt.Errorf("s3blob: list temp objects: %w", obj.Err)
 		}
 		out = append(out, blob.Leftover{Name: obj.Key, Modified: obj.LastModified})
 	}
-	for _, prefix := range []string{s.tempPrefix(), s.prefix + "objects/"} {
+	for _, dir := range []string{blobDir, addressDir, tempDir} {
+		prefix := s.prefix + dir
 		uploads, err := s.incompleteUploads(ctx, prefix)
 		if err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfygate/comfygate/storage/blob"
 	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/s3test"
 )
@@ -49,7 +50,7 @@ func TestSilentStoreFails(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hash := "blake3:" + string(bytes.Repeat([]byte("ab"), 32))
-	if _, err := s.Stat(ctx, hash); !isTimeout(err) || errors.Is(err, fs.ErrNotExist) || ctx.Err() != nil {
+	if _, err := s.Stat(ctx, blob.Ref{Hash: hash}); !isTimeout(err) || errors.Is(err, fs.ErrNotExist) || ctx.Err() != nil {
 		t.Fatalf("Stat on a silent store: %v, want a timeout (test context: %v)", err, ctx.Err())
 	}
 	u, err := s.NewUpload(ctx, "")
@@ -92,16 +93,16 @@ func TestIdleConnectionsOutliveTimeout(t *testing.T) {
 	if _, err := u.ReadFrom(bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
-	hash, _, err := u.Finish()
-	if err != nil {
+	if _, _, err := u.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Publish(); err != nil {
+	ref, err := u.Publish(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		time.Sleep(timeout + 100*time.Millisecond) // idle past the timeout
-		size, err := s.Stat(ctx, hash)
+		size, err := s.Stat(ctx, ref)
 		if err != nil || size != int64(len(data)) {
 			t.Fatalf("Stat after an idle pause %d: %d, %v", i, size, err)
 		}

@@ -34,13 +34,13 @@ const (
 // each part (for its ETag) use two cores.
 const partsInFlight = 2
 
-// upload streams bytes into a multipart upload. It holds at most
-// partsInFlight+1 part buffers: the one being filled and those being sent.
+// upload streams bytes into a multipart upload at the key its bytes keep
+// if they become the blob's. It holds at most partsInFlight+1 part buffers:
+// the one being filled and those being sent.
 type upload struct {
 	s        *Store
 	ctx      context.Context
-	key      string // the multipart upload's key: temp, or the expected address
-	direct   bool   // key is the expected hash's own key
+	key      string // the object's full key: under blobs/, or the expected address
 	expected string
 	hasher   *blake3.Hasher
 	state    uploadState
@@ -55,9 +55,10 @@ type upload struct {
 	uploadID string
 	parts    []minio.CompletePart // the parts that arrived, in order
 	flight   []sentPart           // the parts being sent, oldest first
-	complete bool                 // the multipart upload was completed
+	written  bool                 // the object at key exists (completed or put)
 
-	hash string
+	hash      string
+	published blob.Ref // what Publish returned
 }
 
 // sentPart is a part on its way to the store.
@@ -93,11 +94,20 @@ func putBuf(b []byte) {
 	}
 }
 
-func newUpload(ctx context.Context, s *Store) *upload {
-	return &upload{s: s, ctx: ctx, key: s.newTempKey(), hasher: blake3.New(), buf: getBuf(s.partSize)}
+func newUpload(ctx context.Context, s *Store, key, expected string) *upload {
+	return &upload{s: s, ctx: ctx, key: key, expected: expected, hasher: blake3.New(), buf: getBuf(s.partSize)}
 }
 
 func (u *upload) Size() int64 { return u.size }
+
+// Key is the key of the object the bytes stream into, "" when it is their
+// (expected) address.
+func (u *upload) Key() string {
+	if u.expected != "" {
+		return ""
+	}
+	return u.s.keyName(u.key)
+}
 
 func (u *upload) writable() error {
 	if u.state != stateWriting {
@@ -235,9 +245,9 @@ func (u *upload) wait() error {
 }
 
 // Finish hashes the tail and, when the body outgrew one part, sends the
-// last part and (under tmp/) completes the multipart upload into the temp
-// object. A body that fits one part stays in memory until Publish, as does
-// the completion of an upload at its expected address.
+// last part and waits for every part to arrive. The multipart upload stays
+// incomplete (invisible) until Publish; a body that fits one part stays in
+// memory until then.
 func (u *upload) Finish() (string, int64, error) {
 	switch u.state {
 	case stateFinished, statePublished:
@@ -259,11 +269,6 @@ func (u *upload) Finish() (string, int64, error) {
 		if err := u.wait(); err != nil {
 			return "", 0, err
 		}
-		if !u.direct {
-			if err := u.completeMultipart(); err != nil {
-				return "", 0, err
-			}
-		}
 		u.releaseBuffers()
 	}
 	var sum [32]byte
@@ -273,72 +278,54 @@ func (u *upload) Finish() (string, int64, error) {
 	return u.hash, u.size, nil
 }
 
-// Publish makes the bytes the object at their address, unless it is there
-// already: a body held in memory is put there, a temp object is copied
-// there server-side.
-func (u *upload) Publish() error {
+// Publish keeps held when it still holds the bytes (Abort then aborts this
+// upload's multipart upload); otherwise it makes the upload's own object
+// visible at its key, completing the multipart upload or putting the body
+// held in memory. Nothing is copied.
+func (u *upload) Publish(held *blob.Ref) (blob.Ref, error) {
 	switch u.state {
 	case statePublished:
-		return nil
+		return u.published, nil
 	case stateWriting:
-		return fmt.Errorf("%w: Publish before Finish", blob.ErrUploadState)
+		return blob.Ref{}, fmt.Errorf("%w: Publish before Finish", blob.ErrUploadState)
 	case stateAborted:
-		return fmt.Errorf("%w: Publish after Abort", blob.ErrUploadState)
+		return blob.Ref{}, fmt.Errorf("%w: Publish after Abort", blob.ErrUploadState)
 	}
 	if u.expected != "" && u.hash != u.expected {
-		return fmt.Errorf("%w: %s, not %s", blob.ErrHashMismatch, u.hash, u.expected)
+		return blob.Ref{}, fmt.Errorf("%w: %s, not %s", blob.ErrHashMismatch, u.hash, u.expected)
 	}
-	key, err := u.s.objectKey(u.hash)
-	if err != nil {
-		return err
+	if held != nil {
+		switch _, err := u.s.Stat(u.ctx, *held); {
+		case err == nil:
+			u.published, u.state = *held, statePublished
+			return u.published, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return blob.Ref{}, fmt.Errorf("s3blob: publish %s: %w", u.hash, err)
+		}
+		// The recorded object is gone (damage from outside): these bytes
+		// take its place.
 	}
-	switch _, err := u.s.Stat(u.ctx, u.hash); {
-	case err == nil:
-		u.state = statePublished
-		return nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return err
-	}
-	switch {
-	case u.direct && u.uploadID != "":
-		err = u.completeMultipart()
-	case u.complete:
-		err = u.s.copyObject(u.ctx, u.key, key, u.size)
-	default:
-		_, err = u.s.core.PutObject(u.ctx, u.s.bucket, key, bytes.NewReader(u.buf[:u.n]), int64(u.n), "", "",
+	var err error
+	if u.uploadID != "" {
+		_, err = u.s.core.CompleteMultipartUpload(u.ctx, u.s.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{})
+	} else {
+		_, err = u.s.core.PutObject(u.ctx, u.s.bucket, u.key, bytes.NewReader(u.buf[:u.n]), int64(u.n), "", "",
 			minio.PutObjectOptions{DisableContentSha256: true})
 	}
 	if err != nil {
-		return fmt.Errorf("s3blob: publish %s: %w", u.hash, err)
+		return blob.Ref{}, u.fail(fmt.Errorf("s3blob: publish %s: %w", u.hash, err))
 	}
-	u.state = statePublished
-	return nil
+	u.written = true
+	u.published, u.state = blob.Ref{Hash: u.hash, Key: u.Key()}, statePublished
+	u.releaseBuffers()
+	return u.published, nil
 }
 
-// completeMultipart completes the multipart upload at u.key.
-func (u *upload) completeMultipart() error {
-	_, err := u.s.core.CompleteMultipartUpload(u.ctx, u.s.bucket, u.key, u.uploadID, u.parts, minio.PutObjectOptions{})
-	if err != nil {
-		return u.fail(fmt.Errorf("s3blob: complete multipart upload: %w", err))
-	}
-	u.complete = true
-	return nil
-}
-
-// copyObject copies src to dst within the bucket, server-side.
-func (s *Store) copyObject(ctx context.Context, src, dst string, size int64) error {
-	if size <= maxCopySize {
-		_, err := s.core.CopyObject(ctx, s.bucket, src, s.bucket, dst, nil, minio.CopySrcOptions{}, minio.PutObjectOptions{})
-		return err
-	}
-	_, err := s.core.ComposeObject(ctx, minio.CopyDestOptions{Bucket: s.bucket, Object: dst, PartSize: maxCopySize},
-		minio.CopySrcOptions{Bucket: s.bucket, Object: src})
-	return err
-}
-
-// Abort removes the temp object or the incomplete multipart upload, waits
-// for a part in flight, and returns the buffers. It runs on its own bounded
-// context: the upload's may be the one that was canceled.
+// Abort aborts the multipart upload unless Publish completed it, waits for
+// a part in flight, and returns the buffers. An object Publish wrote is the
+// blob's, or, when the transaction around Publish failed, an orphan that
+// the storage layer's sweep removes: only it can tell which. Abort runs on
+// its own bounded context: the upload's may be the one that was canceled.
 func (u *upload) Abort() error {
 	if u.state == stateAborted {
 		return nil
@@ -348,12 +335,7 @@ func (u *upload) Abort() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), cleanupTimeout)
 	defer cancel()
 	var err error
-	switch {
-	case u.complete && u.direct:
-		// Completed at its address: that is the published object.
-	case u.complete:
-		err = u.s.core.RemoveObject(ctx, u.s.bucket, u.key, minio.RemoveObjectOptions{})
-	case u.uploadID != "":
+	if u.uploadID != "" && !u.written {
 		err = u.s.core.AbortMultipartUpload(ctx, u.s.bucket, u.key, u.uploadID)
 	}
 	u.releaseBuffers()
