@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/comfygate/comfygate/storage/jsonsyntax"
 )
 
 // Job statuses, as the contract names them.
@@ -279,4 +277,4 @@ func JobPageSize(limit int) int {
 
 // ValidJSON reports whether b is JSON every backend accepts (valid syntax,
 // valid UTF-8), so that a bad value fails the same way everywhere.
-func ValidJSON(b []byte) bool { return jsonsyntax.Valid(b) && utf8.Valid(b) }
+func ValidJSON(b []byte) bool { return json.Valid(b) && utf8.Valid(b) }

@@ -3,8 +3,6 @@ package workflow
 import (
 	"encoding/json"
 	"unicode/utf8"
-
-	"github.com/comfygate/comfygate/storage/jsonsyntax"
 )
 
 // Fast paths for the JSON shapes every submit is made of (objects with
@@ -35,13 +33,13 @@ func objectMembers(raw []byte) (map[string]json.RawMessage, bool) {
 // the caller must discard what it gathered. name is raw's own bytes (no
 // string is allocated for a name the caller only compares).
 func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
-	i := jsonsyntax.SkipSpace(raw, 0)
+	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
 		return false
 	}
-	i = jsonsyntax.SkipSpace(raw, i+1)
+	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return jsonsyntax.SkipSpace(raw, i+1) == len(raw)
+		return skipSpace(raw, i+1) == len(raw)
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
@@ -52,25 +50,25 @@ func eachMember(raw []byte, fn func(name []byte, value json.RawMessage)) bool {
 			return false
 		}
 		name := raw[i+1 : end]
-		i = jsonsyntax.SkipSpace(raw, end+1)
+		i = skipSpace(raw, end+1)
 		if i >= len(raw) || raw[i] != ':' {
 			return false
 		}
-		start := jsonsyntax.SkipSpace(raw, i+1)
+		start := skipSpace(raw, i+1)
 		stop, ok := valueEnd(raw, start)
 		if !ok {
 			return false
 		}
 		fn(name, raw[start:stop:stop])
-		i = jsonsyntax.SkipSpace(raw, stop)
+		i = skipSpace(raw, stop)
 		if i >= len(raw) {
 			return false
 		}
 		switch raw[i] {
 		case ',':
-			i = jsonsyntax.SkipSpace(raw, i+1)
+			i = skipSpace(raw, i+1)
 		case '}':
-			return jsonsyntax.SkipSpace(raw, i+1) == len(raw)
+			return skipSpace(raw, i+1) == len(raw)
 		default:
 			return false
 		}
@@ -171,7 +169,7 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, 0, false
 	}
-	i := jsonsyntax.SkipSpace(raw, 1)
+	i := skipSpace(raw, 1)
 	if i >= len(raw) || raw[i] != '"' {
 		return nil, 0, false
 	}
@@ -180,11 +178,11 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 		return nil, 0, false
 	}
 	id = raw[i+1 : end]
-	i = jsonsyntax.SkipSpace(raw, end+1)
+	i = skipSpace(raw, end+1)
 	if i >= len(raw) || raw[i] != ',' {
 		return nil, 0, false
 	}
-	i = jsonsyntax.SkipSpace(raw, i+1)
+	i = skipSpace(raw, i+1)
 	start := i
 	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
 		slot = slot*10 + int(raw[i]-'0')
@@ -196,9 +194,23 @@ func plainLinkBytes(raw []byte) (id []byte, slot int, ok bool) {
 	if i == start || (raw[start] == '0' && i-start > 1) {
 		return nil, 0, false
 	}
-	i = jsonsyntax.SkipSpace(raw, i)
+	i = skipSpace(raw, i)
 	if i != len(raw)-1 || raw[i] != ']' {
 		return nil, 0, false
 	}
 	return id, slot, true
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space (len(b) if there is none).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
 }

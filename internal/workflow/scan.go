@@ -8,7 +8,7 @@ import (
 // it as soon as a cap is crossed. It runs before any decoding so that a
 // 10 000-deep nesting or a 100 000-node graph costs a few microseconds and no
 // heap proportional to its size. It tracks only structure (containers,
-// strings, literals); full syntax is left to jsonsyntax.Valid, which runs next
+// strings, literals); full syntax is left to json.Valid, which runs next
 // and rejects anything this pass lets through as malformed.
 func scan(body []byte, lim Limits) *apierr.Error {
 	type frame struct {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,11 @@ func closedLoop(conc int, d time.Duration, op func() error) (float64, int64) {
 // net/http client ("gateway (net/http client)", the generator used before),
 // which costs the shared CPUs more per request.
 //
+// COMFYGATE_BENCH_BASE_BIN adds a gateway of another binary on the same
+// schema, driven by the raw client as "gateway@base" in the same rounds: an
+// A/B of two builds in one run. COMFYGATE_BENCH_TARGETS (comma-separated)
+// keeps only the targets named ("gateway" and "bare insert" always run).
+//
 //	COMFYGATE_BENCH=1 go test -count=1 -v -run TestBenchSubmitThroughput ./tests/bench/
 func TestBenchSubmitThroughput(t *testing.T) {
 	requireBench(t)
@@ -196,18 +202,39 @@ func TestBenchSubmitThroughput(t *testing.T) {
 	targets := []string{"gateway", "bare insert", "gateway (net/http client)", "bare create tx"}
 	ops := map[string]func() error{"gateway": rawOp, "gateway (net/http client)": submitOp,
 		"bare insert": func() error { return insert("bench_jobs") }, "bare create tx": createTx}
+	pids := map[string]int{"gateway": gwPID}
+	if bin := os.Getenv("COMFYGATE_BENCH_BASE_BIN"); bin != "" {
+		bg, bPID := startGatewayBin(t, bin, apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""))
+		braw := newRawSubmitter(strings.TrimPrefix(bg.URL, "http://"), "/api/v2/jobs", body, conc)
+		ops["gateway@base"] = func() error {
+			err := braw.submit()
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err.Error())
+			}
+			return err
+		}
+		closedLoop(conc, 500*time.Millisecond, ops["gateway@base"])
+		targets = append(targets, "gateway@base")
+		pids["gateway@base"] = bPID
+	}
+	if only := os.Getenv("COMFYGATE_BENCH_TARGETS"); only != "" {
+		names := append(strings.Split(only, ","), "gateway", "bare insert")
+		targets = slices.DeleteFunc(targets, func(n string) bool { return !slices.Contains(names, n) })
+	}
 	rate := map[string][]float64{}
-	var ratios, ratiosHTTP, ratiosTx, gwCPU []float64
+	var ratios, ratiosHTTP, ratiosTx, ratiosBase []float64
+	gwCPU := map[string][]float64{}
 	for r := 0; r < rounds; r++ {
 		quiet(t)
 		got := map[string]float64{}
 		for i := range targets {
 			name := targets[(i+r)%len(targets)]
-			c0, _ := CPUTicks(gwPID)
+			pid, isGateway := pids[name]
+			c0, _ := CPUTicks(pid)
 			perSec, failed := closedLoop(conc, dur, ops[name])
-			if c1, err := CPUTicks(gwPID); err == nil && name == "gateway" && perSec > 0 {
+			if c1, err := CPUTicks(pid); err == nil && isGateway && perSec > 0 {
 				// Ticks are 10 ms: µs of gateway CPU per created job.
-				gwCPU = append(gwCPU, float64(c1-c0)*1e4/(perSec*dur.Seconds()))
+				gwCPU[name] = append(gwCPU[name], float64(c1-c0)*1e4/(perSec*dur.Seconds()))
 			}
 			if failed > 0 {
 				t.Logf("%s: %d failed ops (first: %v)", name, failed, firstErr.Load())
@@ -218,8 +245,12 @@ func TestBenchSubmitThroughput(t *testing.T) {
 		ratios = append(ratios, got["gateway"]/got["bare insert"])
 		ratiosHTTP = append(ratiosHTTP, got["gateway (net/http client)"]/got["bare insert"])
 		ratiosTx = append(ratiosTx, got["gateway"]/got["bare create tx"])
-		t.Logf("round %d: gateway %.0f (net/http client %.0f), bare insert %.0f, bare create tx %.0f per s", r+1,
-			got["gateway"], got["gateway (net/http client)"], got["bare insert"], got["bare create tx"])
+		ratiosBase = append(ratiosBase, got["gateway@base"]/got["bare insert"])
+		var line strings.Builder
+		for _, name := range targets {
+			fmt.Fprintf(&line, ", %s %.0f/s", name, got[name])
+		}
+		t.Logf("round %d%s", r+1, line.String())
 	}
 	var queued int
 	pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'queued'`).Scan(&queued)
@@ -229,11 +260,21 @@ func TestBenchSubmitThroughput(t *testing.T) {
 		xs := rate[name]
 		fmt.Fprintf(&sb, "| %s | %.0f/s [%.0f–%.0f] |\n", name, Median(xs), slicesMin(xs), slicesMax(xs))
 	}
-	fmt.Fprintf(&sb, "| gateway / bare insert | %.2f [%.2f–%.2f] |\n", Median(ratios), slicesMin(ratios), slicesMax(ratios))
-	fmt.Fprintf(&sb, "| gateway (net/http client) / bare insert | %.2f [%.2f–%.2f] |\n", Median(ratiosHTTP), slicesMin(ratiosHTTP), slicesMax(ratiosHTTP))
-	fmt.Fprintf(&sb, "| gateway / bare create tx | %.2f [%.2f–%.2f] |\n", Median(ratiosTx), slicesMin(ratiosTx), slicesMax(ratiosTx))
-	if len(gwCPU) > 0 {
-		fmt.Fprintf(&sb, "| gateway CPU per job (raw client) | %.0f µs [%.0f–%.0f] |\n", Median(gwCPU), slicesMin(gwCPU), slicesMax(gwCPU))
+	ratio := func(name string, xs []float64) {
+		if slices.Contains(targets, name) {
+			fmt.Fprintf(&sb, "| %s / bare insert | %.2f [%.2f–%.2f] |\n", name, Median(xs), slicesMin(xs), slicesMax(xs))
+		}
+	}
+	ratio("gateway", ratios)
+	ratio("gateway (net/http client)", ratiosHTTP)
+	ratio("gateway@base", ratiosBase)
+	if slices.Contains(targets, "bare create tx") {
+		fmt.Fprintf(&sb, "| gateway / bare create tx | %.2f [%.2f–%.2f] |\n", Median(ratiosTx), slicesMin(ratiosTx), slicesMax(ratiosTx))
+	}
+	for _, name := range []string{"gateway", "gateway@base"} {
+		if xs := gwCPU[name]; len(xs) > 0 {
+			fmt.Fprintf(&sb, "| %s CPU per job (raw client) | %.0f µs [%.0f–%.0f] |\n", name, Median(xs), slicesMin(xs), slicesMax(xs))
+		}
 	}
 	t.Log(sb.String())
 }

@@ -182,11 +182,11 @@ func unrelated() string { return "unrelated_word" }
 	}
 }
 
-// TestLinks (issue 27): every relative link and image in README.md and
-// docs/ leads to a file or directory that exists, and a #fragment to a
-// heading of the Markdown page it names.
+// TestLinks (issue 27): every relative link and image in README.md,
+// BENCHMARKS.md and docs/ leads to a file or directory that exists, and a
+// #fragment to a heading of the Markdown page it names.
 func TestLinks(t *testing.T) {
-	pages := []string{filepath.Join(root, "README.md")}
+	pages := []string{filepath.Join(root, "README.md"), filepath.Join(root, "BENCHMARKS.md")}
 	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
 			pages = append(pages, path)

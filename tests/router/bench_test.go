@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,19 @@ http://:%d {
 	reverse_proxy %s
 }
 `, proxyPort, strings.TrimPrefix(peerURL, "http://"))
-	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))})
+	gwEnv := strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))
+	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: gwEnv})
+	// ROUTER_BENCH_BASE_BIN: a second gateway of another binary (same
+	// catalog and limits, keys of its own, no proxy site) is measured in the
+	// same rounds as (c)@base and (c')@base: an A/B of two builds in one run.
+	var base *gateway.Gateway
+	basePrefix := prefix + "base:"
+	if bin := os.Getenv("ROUTER_BENCH_BASE_BIN"); bin != "" {
+		baseCfg := gateway.RouterConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q", pgtest.DSN(t), pgtest.RedisURL(t)),
+			gateway.RouterSite{JWTSecret: jwtSecret, Catalog: catalogPath,
+				Options: []string{"redis_prefix " + basePrefix, "max_in_flight 1000", "spend_ceiling_cents 100000"}})
+		base = gateway.Start(t, baseCfg, gateway.Options{Env: gwEnv, Binary: bin})
+	}
 	workspaces := []string{"ws-bench", "ws-bench-2"}
 	jsonHdr := []http.Header{{"Content-Type": {"application/json"}}}
 	bearer := func(ws string) http.Header {
@@ -75,8 +88,16 @@ http://:%d {
 		{"(c') model_router, two workspaces in turn", g.URL + "/v1/models/bench/constant",
 			[]http.Header{bearer(workspaces[0]), bearer(workspaces[1])}},
 	}
-	// Targets named by index: (b), (c), (a0) and (c').
-	const proxy, viaRouter, inProcessPeer, viaRedis = 1, 2, 3, 4
+	// Targets named by index: (b), (c), (a0) and (c'); then the base
+	// binary's (c) and (c').
+	const proxy, viaRouter, inProcessPeer, viaRedis, baseRouter, baseRedis = 1, 2, 3, 4, 5, 6
+	router := []int{viaRouter, viaRedis}
+	if base != nil {
+		targets = append(targets, targets[viaRouter], targets[viaRedis])
+		targets[baseRouter].name, targets[baseRouter].url = "(c) model_router @base", base.URL+"/v1/models/bench/constant"
+		targets[baseRedis].name, targets[baseRedis].url = "(c') two workspaces in turn @base", base.URL+"/v1/models/bench/constant"
+		router = append(router, baseRouter, baseRedis)
+	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 512}}
 	for _, tg := range targets { // warm up connections, scripts and caches
 		if _, _, err := load(hc, tg.url, tg.hdrs, 4, 300*time.Millisecond); err != nil {
@@ -135,17 +156,31 @@ http://:%d {
 	p99 := make([][]time.Duration, len(targets))
 	rps := make([][]float64, len(targets))
 	groups := benchGroups(g.Dir, peerPID)
+	if base != nil {
+		groups = append(groups, cpuGroup{"gateway@base", func(pid int, _ string) bool {
+			d, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+			return err == nil && d == base.Dir
+		}})
+	}
 	// cpu[i][j]: CPU µs per request of group j (the last: whole machine)
 	// under target i at c=32, one value per round.
 	cpu := make([][][]float64, len(targets))
 	for i := range cpu {
 		cpu[i] = make([][]float64, len(groups)+1)
 	}
-	// Per (c) request at c=32: EVALSHAs, and the µs Redis spent in them;
-	// at c=1: EVALSHAs, for (c) and (c'). gw1[i]: gateway CPU µs per
-	// request at c=1.
-	var scriptCalls, scriptUsec, scriptCalls1, scriptCalls1Redis []float64
+	// Per request of each target: EVALSHAs at c=1 (evalsha1) and at c=32
+	// (evalsha32), and the µs Redis spent in them at c=32. gw1[i]: CPU µs
+	// per request at c=1 of the gateway serving target i.
+	evalsha1 := make([][]float64, len(targets))
+	evalsha32 := make([][]float64, len(targets))
+	redisUsec := make([][]float64, len(targets))
 	gw1 := make([][]float64, len(targets))
+	servedBy := func(i int) int { // the CPU group of the gateway serving target i
+		if i >= baseRouter {
+			return len(groups) - 1
+		}
+		return 0
+	}
 	for range rounds { // interleaved rounds, median of the rounds
 		for i, tg := range targets {
 			rs := redisScriptStats(t) // before the CPU sample: its INFO is not the target's work
@@ -157,13 +192,8 @@ http://:%d {
 			p50[i] = append(p50[i], pct(lat, 50))
 			p99[i] = append(p99[i], pct(lat, 99))
 			per, _ := perRequest(before, sampleCPU(groups), float64(len(lat)))
-			gw1[i] = append(gw1[i], per[0])
-			switch i {
-			case viaRouter:
-				scriptCalls1 = append(scriptCalls1, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
-			case viaRedis:
-				scriptCalls1Redis = append(scriptCalls1Redis, (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
-			}
+			gw1[i] = append(gw1[i], per[servedBy(i)])
+			evalsha1[i] = append(evalsha1[i], (redisScriptStats(t).calls-rs.calls)/float64(len(lat)))
 			rs = redisScriptStats(t)
 			before = sampleCPU(groups)
 			lat, r, err := load(hc, tg.url, tg.hdrs, 32, 2*time.Second)
@@ -171,11 +201,9 @@ http://:%d {
 				t.Fatalf("%s: %v", tg.name, err)
 			}
 			per, machine := perRequest(before, sampleCPU(groups), float64(len(lat)))
-			if i == viaRouter {
-				after := redisScriptStats(t)
-				scriptCalls = append(scriptCalls, (after.calls-rs.calls)/float64(len(lat)))
-				scriptUsec = append(scriptUsec, (after.usec-rs.usec)/float64(len(lat)))
-			}
+			after := redisScriptStats(t)
+			evalsha32[i] = append(evalsha32[i], (after.calls-rs.calls)/float64(len(lat)))
+			redisUsec[i] = append(redisUsec[i], (after.usec-rs.usec)/float64(len(lat)))
 			for j, v := range append(per, machine) {
 				cpu[i][j] = append(cpu[i][j], v)
 			}
@@ -196,6 +224,11 @@ http://:%d {
 		medf(rps[viaRouter])/medf(rps[proxy]), medf(rps[viaRedis])/medf(rps[proxy]), (med(p50[viaRouter]) - a50).Round(time.Microsecond),
 		(med(p50[viaRouter]) - med(p50[inProcessPeer])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
 		limits.RoundTrips(0, 0))
+	if base != nil {
+		fmt.Fprintf(&out, "@base: throughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v, (c')-(a) = %v\n",
+			medf(rps[baseRouter])/medf(rps[proxy]), medf(rps[baseRedis])/medf(rps[proxy]),
+			(med(p50[baseRouter]) - a50).Round(time.Microsecond), (med(p50[baseRedis]) - a50).Round(time.Microsecond))
+	}
 	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
 	for _, gr := range groups {
 		fmt.Fprintf(&out, " %s |", gr.name)
@@ -208,20 +241,24 @@ http://:%d {
 		}
 		out.WriteString("\n")
 	}
-	fmt.Fprintf(&out, "c=1: gateway CPU µs per request:")
-	for i, tg := range targets[proxy : viaRouter+1] {
-		fmt.Fprintf(&out, " %s %.0f;", tg.name, medf(gw1[proxy+i]))
+	fmt.Fprintf(&out, "\n| per request | gateway CPU µs at c=1 | EVALSHA at c=1 | EVALSHA at c=32 | Redis µs in them at c=32 |\n|---|---|---|---|---|\n")
+	for _, i := range append([]int{proxy}, router...) {
+		fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.1f |\n", targets[i].name, medf(gw1[i]), medf(evalsha1[i]), medf(evalsha32[i]), medf(redisUsec[i]))
 	}
-	fmt.Fprintf(&out, " EVALSHA per request: (c) %.2f (each a round trip of its own), (c') %.2f (the other workspace's settle and the admission: one round trip)\n", medf(scriptCalls1), medf(scriptCalls1Redis))
-	fmt.Fprintf(&out, "(c) at c=32: %.2f EVALSHA per request (one workspace: that is also Redis round trips per request), %.1f µs of Redis time in them per request (INFO commandstats; any other client of the server adds to both)\n",
-		medf(scriptCalls), medf(scriptUsec))
+	out.WriteString("(EVALSHA per request is Redis round trips per request when every call is of one workspace; INFO commandstats counts any other client of the server too)\n")
 	t.Log(out.String())
-	l := g2limiter(t, prefix)
-	for _, ws := range workspaces {
-		eventually(t, 10*time.Second, "limiter counters of "+ws+" back to zero", func() bool {
-			n, cents, err := l.Inspect(context.Background(), ws)
-			return err == nil && n == 0 && cents == 0
-		})
+	prefixes := []string{prefix}
+	if base != nil {
+		prefixes = append(prefixes, basePrefix)
+	}
+	for _, p := range prefixes {
+		l := g2limiter(t, p)
+		for _, ws := range workspaces {
+			eventually(t, 10*time.Second, "limiter counters of "+p+ws+" back to zero", func() bool {
+				n, cents, err := l.Inspect(context.Background(), ws)
+				return err == nil && n == 0 && cents == 0
+			})
+		}
 	}
 }
 
