@@ -43,16 +43,27 @@ func SeedPreviousRelease(t *testing.T, s *Stack, h *History, n int) {
 		rand.Read(data)
 		hash := hashOf(data)
 		hx := strings.TrimPrefix(hash, "blake3:")
-		put("objects/"+hx[0:2]+"/"+hx[2:4]+"/"+hx, data)
 		id := uuid.NewString()
-		// The previous release's create, word for word.
-		if _, err := conn.Exec(ctx, `INSERT INTO blobs (hash, size, refs) VALUES ($1, $2, 1)
+		// The previous release's create, word for word and in its order:
+		// the blob's row is held (upserted in the create's transaction)
+		// before the object is published, so that a sweeper listing the
+		// object meanwhile waits for the commit and finds the row. Putting
+		// the object first would hand the sweeper an orphan to remove.
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatalf("seeding: %v", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO blobs (hash, size, refs) VALUES ($1, $2, 1)
 			ON CONFLICT (hash) DO UPDATE SET refs = blobs.refs + 1`, hash, len(data)); err != nil {
 			t.Fatalf("seeding: %v", err)
 		}
-		if _, err := conn.Exec(ctx, `INSERT INTO assets (id, account_id, hash, size_bytes, content_type, file_path, tags)
+		put("objects/"+hx[0:2]+"/"+hx[2:4]+"/"+hx, data)
+		if _, err := tx.Exec(ctx, `INSERT INTO assets (id, account_id, hash, size_bytes, content_type, file_path, tags)
 			VALUES ($1, 'local', $2, $3, 'application/octet-stream', $4, '{}')`, id, hash, len(data),
 			fmt.Sprintf("seed-%d.bin", i)); err != nil {
+			t.Fatalf("seeding: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
 			t.Fatalf("seeding: %v", err)
 		}
 		h.AddSeed(Seed{ID: id, Data: data})
