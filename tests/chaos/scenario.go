@@ -42,6 +42,10 @@ type Scenario struct {
 	// as at most OpenLimit findings match each (0: the package's OpenLimit).
 	Open      []string
 	OpenLimit int
+	// RecoverFrom, when set, gives the moment the recovery is timed from
+	// instead of the fault's end (a failover's crash, before the promotion
+	// that ends the fault).
+	RecoverFrom func() time.Time
 }
 
 // Result is one scenario's row.
@@ -118,6 +122,9 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 		res.Findings = append(res.Findings, fmt.Sprintf("no probe went through within %s of the fault's end", Settle))
 	} else {
 		res.Recover = recovered.Sub(healed)
+		if sc.RecoverFrom != nil {
+			res.Recover = recovered.Sub(sc.RecoverFrom())
+		}
 	}
 	res.Open = map[string]int{}
 	matched := map[string][]string{}

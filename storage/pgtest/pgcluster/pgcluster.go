@@ -159,10 +159,11 @@ func (n *Node) DSN() string {
 }
 
 // DSN names both nodes with target_session_attrs=read-write, so that a
-// client reaches whichever of them is the primary (pgx's multi-host form).
+// client reaches whichever of them is the primary (pgx's multi-host form,
+// keyword/value: host=a,b port=p,q).
 func (c *Cluster) DSN() string {
-	return fmt.Sprintf("postgres://postgres@%s,%s/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
-		c.Primary.Addr(), c.Standby.Addr())
+	return fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable "+
+		"target_session_attrs=read-write connect_timeout=2", c.Primary.Port, c.Standby.Port)
 }
 
 // Start starts the node and waits until it accepts connections.
