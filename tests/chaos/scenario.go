@@ -46,6 +46,9 @@ type Scenario struct {
 	// instead of the fault's end (a failover's crash, before the promotion
 	// that ends the fault).
 	RecoverFrom func() time.Time
+	// Observed, when set, returns findings the scenario itself made while
+	// injecting (beyond the checker's), matched against Open like them.
+	Observed func() []string
 }
 
 // Result is one scenario's row.
@@ -116,6 +119,9 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 	rep, err := Check(context.Background(), s, h)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.Observed != nil {
+		rep.Findings = append(rep.Findings, sc.Observed()...)
 	}
 	res := Result{Scenario: sc.Name, Fault: sc.Fault, Report: rep}
 	if recovered.IsZero() {
