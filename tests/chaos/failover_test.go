@@ -39,7 +39,16 @@ func failover(t *testing.T, sync bool) {
 			}
 			<-ctx.Done()
 			crashed = time.Now()
-			return c.Failover("immediate")
+			if err := c.Primary.Stop("immediate"); err != nil {
+				return err
+			}
+			stopped := time.Now()
+			if err := c.Promote(); err != nil {
+				return err
+			}
+			t.Logf("primary stopped in %s, standby promoted in %s", stopped.Sub(crashed).Round(time.Millisecond),
+				time.Since(stopped).Round(time.Millisecond))
+			return nil
 		})
 	sc.Gateways = 2
 	sc.Heal = func(*testing.T, *Stack) error { return nil }
