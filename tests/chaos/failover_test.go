@@ -10,7 +10,7 @@ import (
 )
 
 // Partition is how long the standby's replication connection is cut
-// (every byte dropped, through a proxy) before the primary crashes: the
+// (closed and refused, through a proxy) before the primary crashes: the
 // standby falls that far behind, as one across a flaky link does, so an
 // asynchronous standby misses the primary's last commits. (Without it, a
 // standby on loopback receives every WAL record before its commit is
@@ -34,9 +34,10 @@ func failover(t *testing.T, sync bool) {
 		"-m immediate) and the standby promoted (pg_ctl promote), under load; two gateways on a two-host DSN; recovery "+
 		"timed from the crash", mode, Partition), Partition,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
-			if err := repl.Proxy("replication").Blackhole(); err != nil {
-				return err
-			}
+			// Down, not a blackhole: a walsender writing into a silent
+			// link holds the crashed primary's shutdown for
+			// wal_sender_timeout (60 s), which a real crash does not.
+			repl.Proxy("replication").Down()
 			<-ctx.Done()
 			crashed = time.Now()
 			if err := c.Primary.Stop("immediate"); err != nil {
