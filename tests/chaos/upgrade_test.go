@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -19,25 +20,40 @@ import (
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
-// NewestMigration is the migration the rolling-upgrade scenario crosses:
-// the previous release is the commit before the one that added it.
-const NewestMigration = "storage/postgres/migrations/0010_blob_objects.sql"
+// newestMigration is the migration the rolling-upgrade scenario crosses:
+// the newest file of storage/postgres/migrations (0010_blob_objects.sql
+// when this was written). The previous release is the commit before the
+// one that added it.
+func newestMigration(t *testing.T, root string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "storage/postgres/migrations/*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations under %s: %v", root, err)
+	}
+	sort.Strings(files)
+	rel, err := filepath.Rel(root, files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
 
-// previousRelease builds the gateway at the commit before NewestMigration
+// previousRelease builds the gateway at the commit before newestMigration
 // landed (git archive of the repository's own history, built once per
-// commit and kept in the user's cache directory) and returns its path and
-// commit. It skips the test when the repository has no history.
-func previousRelease(t *testing.T) (bin, commit string) {
+// commit and kept in the user's cache directory) and returns its path, commit
+// and the migration. It skips the test when the repository has no history.
+func previousRelease(t *testing.T) (bin, commit, newest string) {
 	t.Helper()
 	root := gateway.RepoRoot(t)
-	out, err := exec.Command("git", "-C", root, "log", "--format=%H", "--diff-filter=A", "--", NewestMigration).Output()
+	newest = newestMigration(t, root)
+	out, err := exec.Command("git", "-C", root, "log", "--format=%H", "--diff-filter=A", "--", newest).Output()
 	added := strings.Fields(string(out))
 	if err != nil || len(added) == 0 {
-		t.Skipf("no git history for %s in %s (%v): the rolling upgrade needs the repository's history to build the previous release", NewestMigration, root, err)
+		t.Skipf("no git history for %s in %s (%v): the rolling upgrade needs the repository's history to build the previous release", newest, root, err)
 	}
 	out, err = exec.Command("git", "-C", root, "rev-parse", added[len(added)-1]+"^").Output()
 	if err != nil {
-		t.Skipf("the commit that added %s has no parent in this clone (%v): a shallow clone?", NewestMigration, err)
+		t.Skipf("the commit that added %s has no parent in this clone (%v): a shallow clone?", newest, err)
 	}
 	commit = strings.TrimSpace(string(out))
 	cache, err := os.UserCacheDir()
@@ -46,7 +62,7 @@ func previousRelease(t *testing.T) (bin, commit string) {
 	}
 	bin = filepath.Join(cache, "comfygate", "gateway-"+commit, "comfygate")
 	if _, err := os.Stat(bin); err == nil {
-		return bin, commit
+		return bin, commit, newest
 	}
 	src := t.TempDir()
 	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %q archive %s | tar -x -C %q", root, commit, src))
@@ -64,18 +80,18 @@ func previousRelease(t *testing.T) (bin, commit string) {
 	if err := os.Rename(bin+".tmp", bin); err != nil {
 		t.Fatal(err)
 	}
-	return bin, commit
+	return bin, commit, newest
 }
 
 // TestRollingUpgrade: two gateways of the previous release (the commit
-// before NewestMigration) serve a database migrated by them; under the
+// before the newest migration) serve a database migrated by them; under the
 // workload they are replaced one at a time (SIGTERM, then the current
 // gateway started on the same port): the first current gateway applies
 // the new migration while the other previous-release gateway keeps
 // serving, and for a while the two versions run side by side on the
 // migrated schema. The checker then wants nothing lost or duplicated.
 func TestRollingUpgrade(t *testing.T) {
-	old, commit := previousRelease(t)
+	old, commit, newest := previousRelease(t)
 	current := gateway.Binary(t)
 	pause := pick(3*time.Second, 15*time.Second)
 	var observed []string
@@ -83,7 +99,7 @@ func TestRollingUpgrade(t *testing.T) {
 	sc := scenario("rolling upgrade across a migration",
 		fmt.Sprintf("two gateways of the previous release (%.7s, before %s) replaced one at a time under load "+
 			"(SIGTERM, the current gateway started on its port, which migrates), %s of both versions side by side",
-			commit, filepath.Base(NewestMigration), pause), 2*pause,
+			commit, filepath.Base(newest), pause), 2*pause,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
 			for _, i := range []int{1, 0} {
 				s.Gateways[i].Stop()
