@@ -67,6 +67,9 @@ func (s *Store) sweepIdle() {
 			}
 			c.Release()
 		}
-		time.Sleep(sweepPause)
+		select {
+		case <-time.After(sweepPause):
+		case <-s.done:
+		}
 	}()
 }

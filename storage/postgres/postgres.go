@@ -33,6 +33,7 @@ type Store struct {
 	// sweeping is set while sweepIdle runs (failover.go).
 	sweeping atomic.Bool
 	closed   atomic.Bool
+	done     chan struct{}
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -58,7 +59,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// requests mostly wait on the database, not the CPU.
 		cfg.MaxConns = defaultMaxConns
 	}
-	s := &Store{}
+	s := &Store{done: make(chan struct{})}
 	watchFailover(s, cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -75,7 +76,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close closes the pool, waiting for acquired connections to be released.
 func (s *Store) Close() error {
-	s.closed.Store(true)
+	if !s.closed.Swap(true) {
+		close(s.done)
+	}
 	s.pool.Close()
 	return nil
 }
