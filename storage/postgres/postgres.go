@@ -76,7 +76,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close closes the pool, waiting for acquired connections to be released.
 func (s *Store) Close() error {
-	if !s.closed.Swap(true) {
+	if !s.closed.Swap(true) && s.done != nil {
 		close(s.done)
 	}
 	s.pool.Close()
