@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,6 +30,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	// creates batches concurrent CreateJobs (jobs_batch.go).
 	creates *combine.Combiner[*createReq]
+	// sweeping is set while sweepIdle runs (failover.go).
+	sweeping atomic.Bool
+	closed   atomic.Bool
+	done     chan struct{}
 }
 
 var _ storage.Store = (*Store)(nil)
@@ -54,11 +59,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// requests mostly wait on the database, not the CPU.
 		cfg.MaxConns = defaultMaxConns
 	}
+	s := &Store{done: make(chan struct{})}
+	watchFailover(s, cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: new pool: %w", err)
 	}
-	s := &Store{pool: pool}
+	s.pool = pool
 	s.creates = newCreateBatcher(s)
 	return s, nil
 }
@@ -69,6 +76,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close closes the pool, waiting for acquired connections to be released.
 func (s *Store) Close() error {
+	if !s.closed.Swap(true) && s.done != nil {
+		close(s.done)
+	}
 	s.pool.Close()
 	return nil
 }
@@ -85,6 +95,9 @@ func (s *Store) Ping(ctx context.Context) error {
 const (
 	codeUniqueViolation     = "23505"
 	codeForeignKeyViolation = "23503"
+	// codeReadOnly is read_only_sql_transaction: a write reached a server
+	// that is (now) a standby or fenced read-only, and was refused.
+	codeReadOnly = "25006"
 )
 
 // mapErr wraps a driver error for op, adding the storage sentinel a caller
@@ -103,6 +116,10 @@ func mapErr(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrDuplicate, err)
 		case codeForeignKeyViolation:
 			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInUse, err)
+		case codeReadOnly:
+			// The server refused the transaction's write: nothing of it
+			// can have taken effect.
+			return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrNotCommitted, err)
 		}
 	}
 	if notSent(err) {

@@ -23,6 +23,15 @@ var openNotes = []string{
 		"`servers { timeouts { read_body … } }` global option is set, and no example Caddyfile sets it. With it set " +
 		"(TestHostileInputs sets 10 s) every trickled upload is cut. Not changed here: a read_body bound also cuts " +
 		"legitimate slow uploads of large assets, so the value is the operator's choice.",
+	"Postgres failover, asynchronous: by design, not a defect. The commits the standby had not received when the " +
+		"primary crashed are gone from the promoted standby: creates answered 201 are missing, deletes answered 204 are " +
+		"undone, and a delete's removal of the bytes from the object store (which no rollback undoes) leaves a blob row " +
+		"naming a missing object. Synchronous replication (docs/postgres-ha.md) loses none of them.",
+	"Rolling upgrade across 0010: until the last gateway of the release before 0010 is replaced, an asset uploaded " +
+		"through a current gateway reads as 404 blob_not_found through an old one (it reads blobs at their content address " +
+		"only; the current release leaves an upload where it was streamed). The bytes are kept and every upgraded gateway " +
+		"reads them. Closing it needs the current release to write at the content address while previous-release " +
+		"gateways may run (for example a setting for the duration of the roll).",
 }
 
 // fixedNotes are findings of the suite that were fixed, and where.

@@ -42,6 +42,13 @@ type Scenario struct {
 	// as at most OpenLimit findings match each (0: the package's OpenLimit).
 	Open      []string
 	OpenLimit int
+	// RecoverFrom, when set, gives the moment the recovery is timed from
+	// instead of the fault's end (a failover's crash, before the promotion
+	// that ends the fault).
+	RecoverFrom func() time.Time
+	// Observed, when set, returns findings the scenario itself made while
+	// injecting (beyond the checker's), matched against Open like them.
+	Observed func() []string
 }
 
 // Result is one scenario's row.
@@ -113,11 +120,17 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sc.Observed != nil {
+		rep.Findings = append(rep.Findings, sc.Observed()...)
+	}
 	res := Result{Scenario: sc.Name, Fault: sc.Fault, Report: rep}
 	if recovered.IsZero() {
 		res.Findings = append(res.Findings, fmt.Sprintf("no probe went through within %s of the fault's end", Settle))
 	} else {
 		res.Recover = recovered.Sub(healed)
+		if sc.RecoverFrom != nil {
+			res.Recover = recovered.Sub(sc.RecoverFrom())
+		}
 	}
 	res.Open = map[string]int{}
 	matched := map[string][]string{}

@@ -81,6 +81,11 @@ type StackOptions struct {
 	// Admin turns the admin endpoint (with /metrics) on for the first
 	// gateway, on Stack.AdminPort.
 	Admin bool
+	// Postgres, when set, is the DSN of a database of the test's own (a
+	// pgcluster's two-host DSN) that the gateways and the checker use
+	// directly, with no proxy in front; empty: a schema of the shared
+	// server behind the PG proxy.
+	Postgres string
 }
 
 // NewStack starts the peers, a proxy in front of every dependency and the
@@ -90,8 +95,11 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	if opts.Gateways == 0 {
 		opts.Gateways = 1
 	}
-	s := &Stack{Faults: NewFaults(t), DSN: pgtest.DSN(t), RouterPrefix: pgtest.KeyPrefix(t),
+	s := &Stack{Faults: NewFaults(t), DSN: opts.Postgres, RouterPrefix: pgtest.KeyPrefix(t),
 		Bucket: s3test.Bucket(t), binary: opts.Binary}
+	if s.DSN == "" {
+		s.DSN = pgtest.DSN(t)
+	}
 	// The suite's Redis keys live in a database of their own so the soak
 	// can count them (DBSIZE); the claims and the bus are not prefixed.
 	s.RedisURL = withPath(t, pgtest.RedisURL(t), "/11")
@@ -100,7 +108,6 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	s.Peers = []*comfyuipeer.Peer{comfyuipeer.New(t, comfyuipeer.Options{}), comfyuipeer.New(t, comfyuipeer.Options{})}
 	s.Partner = partner.NewSyncJSON(t)
 
-	pg := s.Faults.Add(t, PG, hostOf(t, s.DSN))
 	rd := s.Faults.Add(t, Redis, hostOf(t, s.RedisURL))
 	s3 := s.Faults.Add(t, S3, hostOf(t, s.Bucket.Endpoint))
 	c0 := s.Faults.Add(t, Comfy0, hostOf(t, s.Peers[0].URL))
@@ -115,12 +122,19 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	s.Workspace = "ws-chaos"
 	s.Token = signToken(t, s.Workspace)
 	s.AppName = "comfygate-chaos-" + uuid.NewString()[:8]
-	gwDSN := withHost(t, s.DSN, pg.Addr)
-	if u, err := url.Parse(gwDSN); err == nil {
-		q := u.Query()
-		q.Set("application_name", s.AppName)
-		u.RawQuery = q.Encode()
-		gwDSN = u.String()
+	var gwDSN string
+	if opts.Postgres == "" {
+		pg := s.Faults.Add(t, PG, hostOf(t, s.DSN))
+		gwDSN = withHost(t, s.DSN, pg.Addr)
+		if u, err := url.Parse(gwDSN); err == nil {
+			q := u.Query()
+			q.Set("application_name", s.AppName)
+			u.RawQuery = q.Encode()
+			gwDSN = u.String()
+		}
+	} else {
+		// A keyword/value DSN (host=a,b port=p,q ...).
+		gwDSN = s.DSN + " application_name=" + s.AppName
 	}
 	s.caddyfile = caddyfile(gwDSN, withHost(t, s.RedisURL, rd.Addr),
 		bucket.Caddyfile(s3Timeout), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
