@@ -73,7 +73,7 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 			data := o.Data
 			return run.Output(ctx, OutputFile{
 				NodeID: o.NodeID, Name: o.Filename, Subfolder: o.Subfolder, Type: "image",
-				ContentType: o.ContentType,
+				Folder: o.Type, ContentType: o.ContentType,
 				Open: func(context.Context) (io.ReadCloser, error) {
 					return io.NopCloser(bytes.NewReader(data)), nil
 				},

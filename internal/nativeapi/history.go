@@ -97,13 +97,19 @@ func uiKey(kind string) string {
 }
 
 // fileRefOf names an output as /view serves it: the asset's file path,
-// split (it starts with the job id, so names never collide across jobs).
+// split (it starts with the job id, so names never collide across jobs),
+// and the folder type the node wrote it to (previews are "temp", as
+// ComfyUI reports them; clients tell previews from saved files by it).
 func fileRefOf(o storage.Output) FileRef {
 	dir := path.Dir(o.Asset.FilePath)
 	if dir == "." {
 		dir = ""
 	}
-	return FileRef{Filename: path.Base(o.Asset.FilePath), Subfolder: dir, Type: "output"}
+	typ := o.Folder
+	if typ == "" {
+		typ = "output"
+	}
+	return FileRef{Filename: path.Base(o.Asset.FilePath), Subfolder: dir, Type: typ}
 }
 
 // HistoryEntry is one prompt of ComfyUI's /history.
