@@ -1,10 +1,15 @@
 package nativeapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -52,14 +57,51 @@ func (q QueueItem) MarshalJSON() ([]byte, error) {
 
 // QueueItemOf is a job's queue tuple. clientID is the prompt's WebSocket
 // session ("" for a job submitted otherwise); outputs_to_execute lists the
-// nodes that produced outputs (known once they ran).
-func QueueItemOf(j storage.Job, clientID string) QueueItem {
+// prompt's output nodes, as ComfyUI's does, from the start (see
+// OutputNodes).
+func QueueItemOf(j storage.Job, clientID string, cat workflow.Catalog) QueueItem {
 	item := QueueItem{Number: Number(j), PromptID: j.ID, Prompt: j.Workflow}
 	if clientID != "" {
 		item.ExtraData = map[string]string{"client_id": clientID}
 	}
-	_, item.Outputs = OutputsOf(j.Outputs)
+	item.Outputs = OutputNodes(j, cat)
 	return item
+}
+
+// OutputNodes lists a job's output nodes (the nodes of its workflow whose
+// class the catalog marks output_node), in id order (numerically when ids
+// are numbers): what ComfyUI runs the prompt for. Without a catalog (the
+// pool's is unknown now) it falls back on the nodes that produced outputs.
+func OutputNodes(j storage.Job, cat workflow.Catalog) []string {
+	var ids []string
+	if g, err := workflow.DecodeGraph(j.Workflow); err == nil && cat != nil {
+		for id, n := range g {
+			if cat[n.ClassType].OutputNode {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		_, ids = OutputsOf(j.Outputs)
+	}
+	slices.SortFunc(ids, compareIDs)
+	return ids
+}
+
+// compareIDs orders node ids numerically when both are numbers, else as
+// strings, numbers first.
+func compareIDs(a, b string) int {
+	x, errA := strconv.Atoi(a)
+	y, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
 }
 
 // OutputsOf groups a job's outputs by node in ComfyUI's ui shape
@@ -147,14 +189,15 @@ func InHistory(j storage.Job) bool {
 	return false
 }
 
-// HistoryOf is a finished job's history entry.
-func HistoryOf(j storage.Job, clientID string) HistoryEntry {
+// HistoryOf is a finished job's history entry; cat is the pool's catalog
+// (nil when unknown).
+func HistoryOf(j storage.Job, clientID string, cat workflow.Catalog) HistoryEntry {
 	outputs, order := OutputsOf(j.Outputs)
 	meta := make(map[string]NodeMeta, len(order))
 	for _, id := range order {
 		meta[id] = NodeMeta{NodeID: id, DisplayNode: id, RealNodeID: id}
 	}
-	e := HistoryEntry{Prompt: QueueItemOf(j, clientID), Outputs: outputs, Meta: meta}
+	e := HistoryEntry{Prompt: QueueItemOf(j, clientID, cat), Outputs: outputs, Meta: meta}
 	e.Status.Messages = [][2]any{}
 	if j.StartedAt != nil {
 		at := millis(*j.StartedAt)

@@ -46,7 +46,7 @@ func TestHistoryOf(t *testing.T) {
 			if !InHistory(j) {
 				t.Fatal("not in history")
 			}
-			e := HistoryOf(j, "client-7")
+			e := HistoryOf(j, "client-7", nil)
 			b, _ := json.Marshal(e)
 			var got struct {
 				Prompt  []json.RawMessage `json:"prompt"`

@@ -203,9 +203,10 @@ func (s *Service) Queue(ctx context.Context, account string) (running, pending [
 		return nil, nil, err
 	}
 	slices.Reverse(list)
+	cat := s.catalog(ctx)
 	running, pending = []QueueItem{}, []QueueItem{}
 	for _, j := range list {
-		item := QueueItemOf(j, clients[j.ID])
+		item := QueueItemOf(j, clients[j.ID], cat)
 		if j.Status == storage.JobQueued {
 			pending = append(pending, item)
 		} else {
@@ -213,6 +214,16 @@ func (s *Service) Queue(ctx context.Context, account string) (running, pending [
 		}
 	}
 	return running, pending, nil
+}
+
+// catalog is the pool's node catalog, or nil when it cannot be read now
+// (the lists then name what they can without it).
+func (s *Service) catalog(ctx context.Context) workflow.Catalog {
+	cat, err := s.Jobs.Catalog(ctx)
+	if err != nil {
+		return nil
+	}
+	return cat
 }
 
 // clientIDs maps jobs to the client_id they were submitted with.
@@ -304,10 +315,11 @@ func (s *Service) entries(ctx context.Context, account string, list []storage.Jo
 	if err != nil {
 		return nil, err
 	}
+	cat := s.catalog(ctx)
 	h := make(History, 0, len(list))
 	for i := len(list) - 1; i >= 0; i-- {
 		j := list[i]
-		h = append(h, HistoryItem{ID: j.ID, Entry: HistoryOf(j, clients[j.ID])})
+		h = append(h, HistoryItem{ID: j.ID, Entry: HistoryOf(j, clients[j.ID], cat)})
 	}
 	return h, nil
 }
