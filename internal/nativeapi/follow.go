@@ -181,15 +181,29 @@ func (f *Follower) Job(j storage.Job) []Frame {
 	case storage.JobSucceeded:
 		out = append(out, textFrame("execution_success", map[string]any{"prompt_id": f.jobID, "timestamp": ts}))
 	case storage.JobCanceled:
-		out = append(out, textFrame("execution_interrupted", interruptedData(j, f.executedList(), ts)))
+		node, _ := runningNode(j)
+		if node == "" {
+			node = f.node
+		}
+		out = append(out, textFrame("execution_interrupted", interruptedData(j, node, f.ranBefore(j, node), ts)))
 	default:
-		out = append(out, textFrame("execution_error", executionErrorData(j, f.executedList(), ts)))
+		out = append(out, textFrame("execution_error", executionErrorData(j, f.ranBefore(j, failedNode(j)), ts)))
 	}
 	f.done = true
 	return append(out, textFrame("executing", map[string]any{"node": nil, "display_node": nil, "prompt_id": f.jobID}))
 }
 
-func (f *Follower) executedList() []string { return append([]string{}, f.executed...) }
+// ranBefore is what the job's record says ran before node, with the
+// nodes this follower saw finish.
+func (f *Follower) ranBefore(j storage.Job, node string) []string {
+	ran := RanBefore(j, node)
+	for _, id := range f.ran {
+		if id != node && !slices.Contains(ran, id) {
+			ran = append(ran, id)
+		}
+	}
+	return ran
+}
 
 // Progress takes a progress snapshot (jobs.Progress JSON). The node it
 // names is announced with executing; progress carries the node's

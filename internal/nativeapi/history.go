@@ -217,12 +217,13 @@ func HistoryOf(j storage.Job, clientID string, cat workflow.Catalog) HistoryEntr
 	case storage.JobCanceled:
 		e.Status.StatusStr = "error"
 		if j.StartedAt != nil {
+			node, _ := runningNode(j)
 			e.Status.Messages = append(e.Status.Messages,
-				[2]any{"execution_interrupted", interruptedData(j, order, end)})
+				[2]any{"execution_interrupted", interruptedData(j, node, RanBefore(j, node), end)})
 		}
 	default:
 		e.Status.StatusStr = "error"
-		e.Status.Messages = append(e.Status.Messages, [2]any{"execution_error", executionErrorData(j, order, end)})
+		e.Status.Messages = append(e.Status.Messages, [2]any{"execution_error", executionErrorData(j, RanBefore(j, failedNode(j)), end)})
 	}
 	return e
 }
@@ -265,9 +266,9 @@ func executionErrorData(j storage.Job, executed []string, at int64) map[string]a
 	}
 }
 
-// interruptedData is ComfyUI's execution_interrupted for a canceled job.
-func interruptedData(j storage.Job, executed []string, at int64) map[string]any {
-	node, class := "", ""
+// runningNode is the node the job's last progress snapshot names as
+// running, and its class ("" when none).
+func runningNode(j storage.Job) (node, class string) {
 	var p struct {
 		CurrentNode      *string `json:"current_node"`
 		CurrentNodeClass *string `json:"current_node_class"`
@@ -276,6 +277,69 @@ func interruptedData(j storage.Job, executed []string, at int64) map[string]any 
 		node = *p.CurrentNode
 		if p.CurrentNodeClass != nil {
 			class = *p.CurrentNodeClass
+		}
+	}
+	return node, class
+}
+
+// failedNode is the node a failed job's error names ("" when none).
+func failedNode(j storage.Job) string {
+	var je jobError
+	if json.Unmarshal(j.Error, &je) == nil && je.NodeID != nil {
+		return *je.NodeID
+	}
+	return ""
+}
+
+// RanBefore lists the nodes known to have run before node stopped the
+// job: every node node reads from, directly or not (the executor ran
+// them first), and every node that committed an output; node itself is
+// not among them. Ids are in id order (ComfyUI sends a set).
+func RanBefore(j storage.Job, node string) []string {
+	seen := map[string]bool{}
+	var ran []string
+	add := func(id string) {
+		if id != node && !seen[id] {
+			seen[id] = true
+			ran = append(ran, id)
+		}
+	}
+	if g, err := workflow.DecodeGraph(j.Workflow); err == nil && node != "" {
+		var visit func(id string)
+		visit = func(id string) {
+			n, ok := g[id]
+			if !ok {
+				return
+			}
+			for _, raw := range n.Inputs {
+				if l, ok := workflow.ParseLink(raw); ok && !seen[l.Node] && l.Node != node {
+					add(l.Node)
+					visit(l.Node)
+				}
+			}
+		}
+		visit(node)
+	}
+	for _, o := range j.Outputs {
+		add(o.NodeID)
+	}
+	slices.SortFunc(ran, compareIDs)
+	if ran == nil {
+		ran = []string{}
+	}
+	return ran
+}
+
+// interruptedData is ComfyUI's execution_interrupted for a canceled job:
+// the node that was running (node) and the nodes done before it.
+func interruptedData(j storage.Job, node string, executed []string, at int64) map[string]any {
+	class := ""
+	if running, c := runningNode(j); running == node {
+		class = c
+	}
+	if class == "" && node != "" {
+		if g, err := workflow.DecodeGraph(j.Workflow); err == nil {
+			class = g[node].ClassType
 		}
 	}
 	if executed == nil {
