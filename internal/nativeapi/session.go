@@ -365,8 +365,15 @@ func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscrip
 				default:
 					more = refresh()
 				}
-				s.recount(ctx)
-				s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+				// ComfyUI sends status when its queue changes: a prompt
+				// queued or ended. Not on start or cancel: a client (the
+				// saintno SDK) that reads /queue on every status would
+				// find an interrupted prompt gone before its
+				// execution_interrupted and report it missing.
+				if st.Status == "" || st.Status == storage.JobQueued || storage.Terminal(st.Status) {
+					s.recount(ctx)
+					s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+				}
 				if !more {
 					return
 				}

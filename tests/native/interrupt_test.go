@@ -85,3 +85,38 @@ func TestInterruptNamesNode(t *testing.T) {
 		t.Errorf("history status %+v has no execution_interrupted", h[id].Status)
 	}
 }
+
+// TestNoStatusBeforeInterrupted: ComfyUI sends status when its queue
+// changes, after a prompt's end; a client that reads /queue on every
+// status (the saintno SDK) must not find an interrupted prompt gone before
+// it reads execution_interrupted (it reported "The job went missing!").
+// The socket's keepalive status may fall in that window by chance, so a
+// run with one is retried; one clean run of three passes.
+func TestNoStatusBeforeInterrupted(t *testing.T) {
+	g := startBuiltin(t)
+	c := newClient(t, g, "native-a")
+	var seen []map[string]any
+	for attempt := range 3 {
+		clientID := fmt.Sprintf("status-%d", attempt)
+		ws := c.dial(clientID)
+		id := c.queue(slow(), clientID)
+		for {
+			m := ws.next(t, 30*time.Second)
+			if promptOf(m) == id && m["type"] == "executing" && dataOf(m)["node"] == "11" {
+				break
+			}
+		}
+		c.json(http.MethodPost, "/interrupt", map[string]any{"prompt_id": id}, nil)
+		seen = nil
+		for _, m := range ws.until(t, "execution_interrupted", id, 30*time.Second) {
+			if m["type"] == "status" {
+				seen = append(seen, m)
+			}
+		}
+		ws.conn.CloseNow()
+		if len(seen) == 0 {
+			return
+		}
+	}
+	t.Errorf("status messages between the interrupt and execution_interrupted in each of 3 runs, the last: %v", seen)
+}
