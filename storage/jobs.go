@@ -99,8 +99,12 @@ type Output struct {
 	// Name is the file name the node gave it.
 	Name string
 	// Type is image, video, audio, text, file or latent.
-	Type  string
-	Asset Asset
+	Type string
+	// Folder is the ComfyUI folder type the node wrote the file to:
+	// "output" (SaveImage), "temp" (PreviewImage); "" for outputs recorded
+	// before it was kept, which count as "output".
+	Folder string
+	Asset  Asset
 }
 
 // NewJob is what a caller supplies to create a job.
@@ -138,6 +142,8 @@ type NewOutput struct {
 	NodeID string
 	Name   string
 	Type   string
+	// Folder is "output", "temp" or "" (see Output.Folder).
+	Folder string
 	Asset  NewAsset
 }
 

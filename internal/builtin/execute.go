@@ -29,6 +29,9 @@ type Env struct {
 	// ExtraPNGInfo entries (normally {"workflow": ...}) become one tEXt
 	// chunk each, keyed by the entry name, the value JSON-encoded.
 	ExtraPNGInfo map[string]any
+	// OnStart, if set, is called before every node, with NodesDone the
+	// nodes finished so far.
+	OnStart func(Progress)
 	// OnProgress, if set, is called after every node.
 	OnProgress func(Progress)
 	// OnOutput is called as soon as an output file exists, before the run
@@ -103,6 +106,9 @@ func (r *run) all(ctx context.Context, order []string) error {
 	for i, id := range order {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if r.env.OnStart != nil {
+			r.env.OnStart(Progress{NodeID: id, ClassType: r.prompt[id].ClassType, NodesDone: i, NodesTotal: len(order)})
 		}
 		if err := r.execute(ctx, id); err != nil {
 			return err

@@ -308,7 +308,7 @@ func (a *attempt) commit(ctx context.Context, items []outputItem) error {
 		var openErr error
 		if it.File != nil {
 			ref := *it.File
-			f.Name, f.Subfolder = ref.Filename, ref.Subfolder
+			f.Name, f.Subfolder, f.Folder = ref.Filename, ref.Subfolder, ref.Type
 			f.Type, f.ContentType = kindOf(it.Key, ref.Filename), contentTypeOf(ref.Filename)
 			f.Open = func(ctx context.Context) (io.ReadCloser, error) {
 				rc, err := a.w.view(ctx, ref)

@@ -32,6 +32,14 @@ func (b *BuiltinExecutor) Catalog(context.Context) (workflow.Catalog, error) {
 	return b.catalog, b.err
 }
 
+// fraction is the share of the nodes done.
+func fraction(p builtin.Progress) float64 {
+	if p.NodesTotal == 0 {
+		return 0
+	}
+	return float64(p.NodesDone) / float64(p.NodesTotal)
+}
+
 // Execute runs the attempt's graph. Into run.Log it prints what a ComfyUI
 // server prints for a prompt — "got prompt", the exception of a failing
 // node with its traceback, "Processing interrupted" on cancel and the
@@ -58,22 +66,27 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 			return rc, err
 		},
 		PromptJSON: run.Job.Workflow,
+		// The snapshot names the node running now (as ComfyUI's executing
+		// does), so a cancel reports the node it stopped; the last one,
+		// after the last node, names none.
+		OnStart: func(p builtin.Progress) {
+			id, class := p.NodeID, p.ClassType
+			run.Progress(ctx, Progress{Value: fraction(p), NodesDone: p.NodesDone, NodesTotal: p.NodesTotal,
+				CurrentNode: &id, CurrentNodeClass: &class, Message: &class})
+		},
 		OnProgress: func(p builtin.Progress) {
 			id, class := p.NodeID, p.ClassType
 			run.Log.Printf("executed node %s (%s) in %.2f seconds", id, class, time.Since(nodeStart).Seconds())
 			nodeStart = time.Now()
-			value := 0.0
-			if p.NodesTotal > 0 {
-				value = float64(p.NodesDone) / float64(p.NodesTotal)
+			if p.NodesDone == p.NodesTotal {
+				run.Progress(ctx, Progress{Value: fraction(p), NodesDone: p.NodesDone, NodesTotal: p.NodesTotal})
 			}
-			run.Progress(ctx, Progress{Value: value, NodesDone: p.NodesDone, NodesTotal: p.NodesTotal,
-				CurrentNode: &id, CurrentNodeClass: &class, Message: &class})
 		},
 		OnOutput: func(ctx context.Context, o builtin.Output) error {
 			data := o.Data
 			return run.Output(ctx, OutputFile{
 				NodeID: o.NodeID, Name: o.Filename, Subfolder: o.Subfolder, Type: "image",
-				ContentType: o.ContentType,
+				Folder: o.Type, ContentType: o.ContentType,
 				Open: func(context.Context) (io.ReadCloser, error) {
 					return io.NopCloser(bytes.NewReader(data)), nil
 				},

@@ -398,6 +398,7 @@ func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f Output
 		NodeID: f.NodeID,
 		Name:   f.Name,
 		Type:   f.Type,
+		Folder: f.Folder,
 		Asset: storage.NewAsset{
 			ID:          storage.NewID(),
 			Hash:        hash,

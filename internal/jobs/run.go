@@ -30,7 +30,10 @@ type OutputFile struct {
 	// Subfolder is where the node put it, relative to the job.
 	Subfolder string
 	// Type is the normalised kind: image, video, audio, text, file or latent.
-	Type        string
+	Type string
+	// Folder is the ComfyUI folder type the node wrote the file to
+	// ("output", "temp"); "" when there is none (a text output).
+	Folder      string
 	ContentType string
 	// Open returns the bytes; it is called once.
 	Open func(ctx context.Context) (io.ReadCloser, error)

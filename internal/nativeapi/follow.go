@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/comfygate/comfygate/internal/jobs"
@@ -57,6 +58,12 @@ type Follower struct {
 	pending  map[string][]storage.Output
 	order    []string
 	executed []string // nodes whose outputs were sent
+	// ran are the nodes that finished, in order: each node announced
+	// before the one announced after it (ComfyUI's executed set).
+	ran []string
+	// lastProgress is the progress frame's data sent last; an equal one is
+	// not sent again.
+	lastProgress [3]any
 	// nodesDone is the highest nodes_done seen this attempt: a progress
 	// event below it was overtaken by a snapshot read after it.
 	nodesDone int
@@ -84,6 +91,7 @@ func (f *Follower) start(attempt int) []Frame {
 	case !f.started:
 	case attempt > f.attempt && f.attempt > 0:
 		f.pending, f.order, f.nodesDone = map[string][]storage.Output{}, nil, 0
+		f.ran, f.lastProgress = nil, [3]any{}
 	default:
 		f.attempt = max(f.attempt, attempt)
 		return nil
@@ -96,10 +104,22 @@ func (f *Follower) start(attempt int) []Frame {
 	}
 }
 
+// Running takes the news that the job started running: execution_start
+// and execution_cached, once.
+func (f *Follower) Running() []Frame {
+	if f.done {
+		return nil
+	}
+	return f.start(0)
+}
+
 // executing announces the node running now.
 func (f *Follower) executing(node string) []Frame {
 	if node == "" || node == f.node {
 		return nil
+	}
+	if f.node != "" && !slices.Contains(f.ran, f.node) {
+		f.ran = append(f.ran, f.node)
 	}
 	f.node = node
 	return []Frame{textFrame("executing", map[string]any{"node": node, "display_node": node, "prompt_id": f.jobID})}
@@ -161,15 +181,29 @@ func (f *Follower) Job(j storage.Job) []Frame {
 	case storage.JobSucceeded:
 		out = append(out, textFrame("execution_success", map[string]any{"prompt_id": f.jobID, "timestamp": ts}))
 	case storage.JobCanceled:
-		out = append(out, textFrame("execution_interrupted", interruptedData(j, f.executedList(), ts)))
+		node, _ := runningNode(j)
+		if node == "" {
+			node = f.node
+		}
+		out = append(out, textFrame("execution_interrupted", interruptedData(j, node, f.ranBefore(j, node), ts)))
 	default:
-		out = append(out, textFrame("execution_error", executionErrorData(j, f.executedList(), ts)))
+		out = append(out, textFrame("execution_error", executionErrorData(j, f.ranBefore(j, failedNode(j)), ts)))
 	}
 	f.done = true
 	return append(out, textFrame("executing", map[string]any{"node": nil, "display_node": nil, "prompt_id": f.jobID}))
 }
 
-func (f *Follower) executedList() []string { return append([]string{}, f.executed...) }
+// ranBefore is what the job's record says ran before node, with the
+// nodes this follower saw finish.
+func (f *Follower) ranBefore(j storage.Job, node string) []string {
+	ran := RanBefore(j, node)
+	for _, id := range f.ran {
+		if id != node && !slices.Contains(ran, id) {
+			ran = append(ran, id)
+		}
+	}
+	return ran
+}
 
 // Progress takes a progress snapshot (jobs.Progress JSON). The node it
 // names is announced with executing; progress carries the node's
@@ -197,7 +231,8 @@ func (f *Follower) Progress(raw json.RawMessage) []Frame {
 	if p.Step != nil && p.Steps != nil && *p.Steps > 0 {
 		value, maxValue = *p.Step, *p.Steps
 	}
-	if maxValue > 0 {
+	if sent := [3]any{value, maxValue, f.node}; maxValue > 0 && sent != f.lastProgress {
+		f.lastProgress = sent
 		out = append(out, textFrame("progress", map[string]any{"value": value, "max": maxValue, "prompt_id": f.jobID, "node": nullable(f.node)}))
 	}
 	return out

@@ -1,10 +1,15 @@
 package nativeapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -52,14 +57,51 @@ func (q QueueItem) MarshalJSON() ([]byte, error) {
 
 // QueueItemOf is a job's queue tuple. clientID is the prompt's WebSocket
 // session ("" for a job submitted otherwise); outputs_to_execute lists the
-// nodes that produced outputs (known once they ran).
-func QueueItemOf(j storage.Job, clientID string) QueueItem {
+// prompt's output nodes, as ComfyUI's does, from the start (see
+// OutputNodes).
+func QueueItemOf(j storage.Job, clientID string, cat workflow.Catalog) QueueItem {
 	item := QueueItem{Number: Number(j), PromptID: j.ID, Prompt: j.Workflow}
 	if clientID != "" {
 		item.ExtraData = map[string]string{"client_id": clientID}
 	}
-	_, item.Outputs = OutputsOf(j.Outputs)
+	item.Outputs = OutputNodes(j, cat)
 	return item
+}
+
+// OutputNodes lists a job's output nodes (the nodes of its workflow whose
+// class the catalog marks output_node), in id order (numerically when ids
+// are numbers): what ComfyUI runs the prompt for. Without a catalog (the
+// pool's is unknown now) it falls back on the nodes that produced outputs.
+func OutputNodes(j storage.Job, cat workflow.Catalog) []string {
+	var ids []string
+	if g, err := workflow.DecodeGraph(j.Workflow); err == nil && cat != nil {
+		for id, n := range g {
+			if cat[n.ClassType].OutputNode {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		_, ids = OutputsOf(j.Outputs)
+	}
+	slices.SortFunc(ids, compareIDs)
+	return ids
+}
+
+// compareIDs orders node ids numerically when both are numbers, else as
+// strings, numbers first.
+func compareIDs(a, b string) int {
+	x, errA := strconv.Atoi(a)
+	y, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
 }
 
 // OutputsOf groups a job's outputs by node in ComfyUI's ui shape
@@ -97,13 +139,19 @@ func uiKey(kind string) string {
 }
 
 // fileRefOf names an output as /view serves it: the asset's file path,
-// split (it starts with the job id, so names never collide across jobs).
+// split (it starts with the job id, so names never collide across jobs),
+// and the folder type the node wrote it to (previews are "temp", as
+// ComfyUI reports them; clients tell previews from saved files by it).
 func fileRefOf(o storage.Output) FileRef {
 	dir := path.Dir(o.Asset.FilePath)
 	if dir == "." {
 		dir = ""
 	}
-	return FileRef{Filename: path.Base(o.Asset.FilePath), Subfolder: dir, Type: "output"}
+	typ := o.Folder
+	if typ == "" {
+		typ = "output"
+	}
+	return FileRef{Filename: path.Base(o.Asset.FilePath), Subfolder: dir, Type: typ}
 }
 
 // HistoryEntry is one prompt of ComfyUI's /history.
@@ -141,14 +189,15 @@ func InHistory(j storage.Job) bool {
 	return false
 }
 
-// HistoryOf is a finished job's history entry.
-func HistoryOf(j storage.Job, clientID string) HistoryEntry {
+// HistoryOf is a finished job's history entry; cat is the pool's catalog
+// (nil when unknown).
+func HistoryOf(j storage.Job, clientID string, cat workflow.Catalog) HistoryEntry {
 	outputs, order := OutputsOf(j.Outputs)
 	meta := make(map[string]NodeMeta, len(order))
 	for _, id := range order {
 		meta[id] = NodeMeta{NodeID: id, DisplayNode: id, RealNodeID: id}
 	}
-	e := HistoryEntry{Prompt: QueueItemOf(j, clientID), Outputs: outputs, Meta: meta}
+	e := HistoryEntry{Prompt: QueueItemOf(j, clientID, cat), Outputs: outputs, Meta: meta}
 	e.Status.Messages = [][2]any{}
 	if j.StartedAt != nil {
 		at := millis(*j.StartedAt)
@@ -168,12 +217,13 @@ func HistoryOf(j storage.Job, clientID string) HistoryEntry {
 	case storage.JobCanceled:
 		e.Status.StatusStr = "error"
 		if j.StartedAt != nil {
+			node, _ := runningNode(j)
 			e.Status.Messages = append(e.Status.Messages,
-				[2]any{"execution_interrupted", interruptedData(j, order, end)})
+				[2]any{"execution_interrupted", interruptedData(j, node, RanBefore(j, node), end)})
 		}
 	default:
 		e.Status.StatusStr = "error"
-		e.Status.Messages = append(e.Status.Messages, [2]any{"execution_error", executionErrorData(j, order, end)})
+		e.Status.Messages = append(e.Status.Messages, [2]any{"execution_error", executionErrorData(j, RanBefore(j, failedNode(j)), end)})
 	}
 	return e
 }
@@ -216,9 +266,9 @@ func executionErrorData(j storage.Job, executed []string, at int64) map[string]a
 	}
 }
 
-// interruptedData is ComfyUI's execution_interrupted for a canceled job.
-func interruptedData(j storage.Job, executed []string, at int64) map[string]any {
-	node, class := "", ""
+// runningNode is the node the job's last progress snapshot names as
+// running, and its class ("" when none).
+func runningNode(j storage.Job) (node, class string) {
 	var p struct {
 		CurrentNode      *string `json:"current_node"`
 		CurrentNodeClass *string `json:"current_node_class"`
@@ -227,6 +277,69 @@ func interruptedData(j storage.Job, executed []string, at int64) map[string]any 
 		node = *p.CurrentNode
 		if p.CurrentNodeClass != nil {
 			class = *p.CurrentNodeClass
+		}
+	}
+	return node, class
+}
+
+// failedNode is the node a failed job's error names ("" when none).
+func failedNode(j storage.Job) string {
+	var je jobError
+	if json.Unmarshal(j.Error, &je) == nil && je.NodeID != nil {
+		return *je.NodeID
+	}
+	return ""
+}
+
+// RanBefore lists the nodes known to have run before node stopped the
+// job: every node node reads from, directly or not (the executor ran
+// them first), and every node that committed an output; node itself is
+// not among them. Ids are in id order (ComfyUI sends a set).
+func RanBefore(j storage.Job, node string) []string {
+	seen := map[string]bool{}
+	var ran []string
+	add := func(id string) {
+		if id != node && !seen[id] {
+			seen[id] = true
+			ran = append(ran, id)
+		}
+	}
+	if g, err := workflow.DecodeGraph(j.Workflow); err == nil && node != "" {
+		var visit func(id string)
+		visit = func(id string) {
+			n, ok := g[id]
+			if !ok {
+				return
+			}
+			for _, raw := range n.Inputs {
+				if l, ok := workflow.ParseLink(raw); ok && !seen[l.Node] && l.Node != node {
+					add(l.Node)
+					visit(l.Node)
+				}
+			}
+		}
+		visit(node)
+	}
+	for _, o := range j.Outputs {
+		add(o.NodeID)
+	}
+	slices.SortFunc(ran, compareIDs)
+	if ran == nil {
+		ran = []string{}
+	}
+	return ran
+}
+
+// interruptedData is ComfyUI's execution_interrupted for a canceled job:
+// the node that was running (node) and the nodes done before it.
+func interruptedData(j storage.Job, node string, executed []string, at int64) map[string]any {
+	class := ""
+	if running, c := runningNode(j); running == node {
+		class = c
+	}
+	if class == "" && node != "" {
+		if g, err := workflow.DecodeGraph(j.Workflow); err == nil {
+			class = g[node].ClassType
 		}
 	}
 	if executed == nil {

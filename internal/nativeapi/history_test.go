@@ -32,7 +32,7 @@ func TestHistoryOf(t *testing.T) {
 				`["execution_start",{"prompt_id":"` + jobID + `","timestamp":1767323046000}],` +
 				`["execution_cached",{"nodes":[],"prompt_id":"` + jobID + `","timestamp":1767323046000}],` +
 				`["execution_error",{"current_inputs":{},"current_outputs":{},"exception_message":"boom",` +
-				`"exception_type":"node_execution_error","executed":["3","9"],"node_id":"9","node_type":"X",` +
+				`"exception_type":"node_execution_error","executed":["3"],"node_id":"9","node_type":"X",` +
 				`"prompt_id":"` + jobID + `","timestamp":1767323048000,"traceback":["tb"]}]]}`},
 		{storage.JobCanceled, "", `{"status_str":"error","completed":false,"messages":[` +
 			`["execution_start",{"prompt_id":"` + jobID + `","timestamp":1767323046000}],` +
@@ -46,7 +46,7 @@ func TestHistoryOf(t *testing.T) {
 			if !InHistory(j) {
 				t.Fatal("not in history")
 			}
-			e := HistoryOf(j, "client-7")
+			e := HistoryOf(j, "client-7", nil)
 			b, _ := json.Marshal(e)
 			var got struct {
 				Prompt  []json.RawMessage `json:"prompt"`

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,6 +38,57 @@ type Service struct {
 	// ObjectInfo returns the pool's catalog as /object_info answers it.
 	ObjectInfo func(ctx context.Context) (map[string]json.RawMessage, error)
 	Logger     *zap.Logger
+}
+
+// sessions are this process's running sessions by ClientTopic, whichever
+// handler (and Service value: one is made per request) serves them.
+var sessions = struct {
+	sync.Mutex
+	m map[string]map[*Session]struct{}
+}{m: map[string]map[*Session]struct{}{}}
+
+// register lists a running session, so that QueuePrompt can hand it the
+// prompts of its client id before they start.
+func (s *Service) register(sess *Session) {
+	key := ClientTopic(sess.Account, sess.ClientID)
+	sessions.Lock()
+	defer sessions.Unlock()
+	if sessions.m[key] == nil {
+		sessions.m[key] = map[*Session]struct{}{}
+	}
+	sessions.m[key][sess] = struct{}{}
+}
+
+func (s *Service) unregister(sess *Session) {
+	key := ClientTopic(sess.Account, sess.ClientID)
+	sessions.Lock()
+	defer sessions.Unlock()
+	delete(sessions.m[key], sess)
+	if len(sessions.m[key]) == 0 {
+		delete(sessions.m, key)
+	}
+}
+
+// hold has this process's sessions of the client id follow jobID from
+// before it is queued (see Session.hold); sessions in other processes
+// start on the announcement. The returned func releases them (true) or
+// drops them (false: the prompt was not queued).
+func (s *Service) hold(account, clientID, jobID string) func(ok bool) {
+	sessions.Lock()
+	var held []*Session
+	for sess := range sessions.m[ClientTopic(account, clientID)] {
+		held = append(held, sess)
+	}
+	sessions.Unlock()
+	releases := make([]func(bool), 0, len(held))
+	for _, sess := range held {
+		releases = append(releases, sess.hold(jobID))
+	}
+	return func(ok bool) {
+		for _, r := range releases {
+			r(ok)
+		}
+	}
 }
 
 // ClientTopic is the bus key on which new prompts of one account's
@@ -113,7 +165,14 @@ func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) 
 	if err != nil {
 		return Queued{}, InvalidPrompt("invalid_prompt", "the prompt is not valid JSON", "")
 	}
+	release := func(bool) {}
+	if in.ClientID != "" {
+		release = s.hold(account, in.ClientID, id)
+	}
 	job, err := s.Jobs.SubmitWithID(ctx, account, id, v2Body)
+	if err != nil {
+		release(false)
+	}
 	if errors.Is(err, jobs.ErrJobIDTaken) {
 		return Queued{}, InvalidPrompt("invalid_prompt", "prompt_id names an existing prompt; send a fresh UUID or none", id)
 	}
@@ -129,6 +188,7 @@ func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) 
 	if in.ClientID != "" {
 		s.remember(context.WithoutCancel(ctx), account, job.ID, in.ClientID)
 		q.announce = func(ctx context.Context) {
+			release(true)
 			data, _ := json.Marshal(promptAnnouncement{PromptID: job.ID})
 			_ = s.Jobs.Bus.Publish(ctx, bus.Event{JobID: ClientTopic(account, in.ClientID), Kind: "native_prompt", Data: data})
 		}
@@ -203,9 +263,10 @@ func (s *Service) Queue(ctx context.Context, account string) (running, pending [
 		return nil, nil, err
 	}
 	slices.Reverse(list)
+	cat := s.catalog(ctx)
 	running, pending = []QueueItem{}, []QueueItem{}
 	for _, j := range list {
-		item := QueueItemOf(j, clients[j.ID])
+		item := QueueItemOf(j, clients[j.ID], cat)
 		if j.Status == storage.JobQueued {
 			pending = append(pending, item)
 		} else {
@@ -213,6 +274,16 @@ func (s *Service) Queue(ctx context.Context, account string) (running, pending [
 		}
 	}
 	return running, pending, nil
+}
+
+// catalog is the pool's node catalog, or nil when it cannot be read now
+// (the lists then name what they can without it).
+func (s *Service) catalog(ctx context.Context) workflow.Catalog {
+	cat, err := s.Jobs.Catalog(ctx)
+	if err != nil {
+		return nil
+	}
+	return cat
 }
 
 // clientIDs maps jobs to the client_id they were submitted with.
@@ -304,10 +375,11 @@ func (s *Service) entries(ctx context.Context, account string, list []storage.Jo
 	if err != nil {
 		return nil, err
 	}
+	cat := s.catalog(ctx)
 	h := make(History, 0, len(list))
 	for i := len(list) - 1; i >= 0; i-- {
 		j := list[i]
-		h = append(h, HistoryItem{ID: j.ID, Entry: HistoryOf(j, clients[j.ID])})
+		h = append(h, HistoryItem{ID: j.ID, Entry: HistoryOf(j, clients[j.ID], cat)})
 	}
 	return h, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/bus"
 )
 
 // Socket is a WebSocket as a Session uses it.
@@ -50,21 +51,40 @@ type Session struct {
 	out      chan Frame
 	meta     atomic.Bool // the client announced supports_preview_metadata
 	mu       sync.Mutex
+	ctx      context.Context // the session's, for prompts held from QueuePrompt
+	closing  bool            // Run waits for its followers: follow no more
 	followed map[string]bool
-	wg       sync.WaitGroup
-	count    atomic.Int64 // queue_remaining last read
+	// finished are prompts followed to their end, oldest first, so that a
+	// late announcement of one does not replay it (bounded).
+	finished     map[string]bool
+	finishedList []string
+	wg           sync.WaitGroup
+	count        atomic.Int64 // queue_remaining last read
 }
+
+// maxFinished bounds the finished prompts a session remembers.
+const maxFinished = 1024
+
+// holdTimeout bounds how long a prompt's messages wait for its POST
+// /prompt answer (Queued.Announce) before they flow anyway.
+var holdTimeout = 5 * time.Second
 
 // Run serves the connection until ctx ends or the socket fails.
 func (s *Session) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s.out = make(chan Frame, 64)
-	s.followed = map[string]bool{}
+	s.mu.Lock()
+	s.ctx, s.followed, s.finished = ctx, map[string]bool{}, map[string]bool{}
+	s.mu.Unlock()
 	// Subscribe before anything is read, so no prompt announced meanwhile
-	// is missed.
+	// is missed; and register with the service before the first status is
+	// sent, so that every prompt the client queues after it (through this
+	// process) is followed from before it can start.
 	announced := s.Svc.Jobs.Bus.Subscribe(ClientTopic(s.Account, s.ClientID))
 	defer announced.Cancel()
+	s.Svc.register(s)
+	defer s.Svc.unregister(s)
 
 	writerDone := make(chan struct{})
 	go func() {
@@ -106,6 +126,9 @@ loop:
 			s.send(ctx, StatusFrame(int(s.count.Load()), ""))
 		}
 	}
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	s.wg.Wait()
 	<-writerDone
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -186,28 +209,99 @@ func (s *Session) read(ctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// follow starts following a prompt unless it is followed already.
+// follow starts following a prompt unless it is followed already (or was,
+// to its end).
 func (s *Session) follow(ctx context.Context, jobID string) {
-	s.mu.Lock()
-	if s.followed[jobID] || len(s.followed) >= maxFollowed {
-		s.mu.Unlock()
+	if !s.claim(jobID) {
 		return
 	}
-	s.followed[jobID] = true
-	s.wg.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		s.followJob(ctx, jobID)
-		s.mu.Lock()
-		delete(s.followed, jobID)
-		s.mu.Unlock()
+		defer s.done(jobID)
+		s.followJob(ctx, jobID, nil)
 	}()
 }
 
-// followJob sends one prompt's messages until its end.
-func (s *Session) followJob(ctx context.Context, jobID string) {
+// claim marks jobID followed; false when it is already, was to its end,
+// or the session follows all it may.
+func (s *Session) claim(jobID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.followed[jobID] || s.finished[jobID] || len(s.followed) >= maxFollowed {
+		return false
+	}
+	s.followed[jobID] = true
+	s.wg.Add(1)
+	return true
+}
+
+// done records that the prompt was followed to its end (or the session's).
+func (s *Session) done(jobID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.followed, jobID)
+	if len(s.finishedList) >= maxFinished {
+		delete(s.finished, s.finishedList[0])
+		s.finishedList = s.finishedList[1:]
+	}
+	s.finished[jobID] = true
+	s.finishedList = append(s.finishedList, jobID)
+}
+
+// hold follows a prompt about to be queued: its events are subscribed to
+// now, before it can start, so that none is missed (the first node's
+// executing was, when the prompt ran before its announcement arrived);
+// its messages wait until release(true) (its POST /prompt answer is out;
+// ComfyUI's clients read the prompt_id first) or holdTimeout.
+// release(false) drops it (the prompt was not queued).
+func (s *Session) hold(jobID string) (release func(ok bool)) {
+	s.mu.Lock()
+	ctx := s.ctx
+	s.mu.Unlock()
+	if ctx == nil || !s.claim(jobID) {
+		return func(bool) {}
+	}
 	sub := s.Svc.Jobs.Bus.Subscribe(jobID)
+	gate := make(chan bool, 1)
+	go func() {
+		defer s.wg.Done()
+		timer := time.NewTimer(holdTimeout)
+		defer timer.Stop()
+		select {
+		case ok := <-gate:
+			if !ok {
+				sub.Cancel()
+				s.mu.Lock()
+				delete(s.followed, jobID)
+				s.mu.Unlock()
+				return
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			sub.Cancel()
+			return
+		}
+		defer s.done(jobID)
+		s.followJob(ctx, jobID, sub)
+	}()
+	var once sync.Once
+	return func(ok bool) { once.Do(func() { gate <- ok }) }
+}
+
+// followJob sends one prompt's messages until its end, from sub (the
+// job's events since before it was queued, see hold) or, when nil, a
+// subscription of its own.
+//
+// A prompt followed since before it was queued is told from its events,
+// in order: a snapshot read now could be ahead of the events not yet
+// sent, and would skip what they announce (a node's executing). Storage is
+// read only at the end (a terminal status, read after every event of the
+// run), when events were lost, and on the reconcile tick.
+func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscription) {
+	fresh := sub != nil
+	if sub == nil {
+		sub = s.Svc.Jobs.Bus.Subscribe(jobID)
+	}
 	defer sub.Cancel()
 	f := NewFollower(jobID)
 	emit := func(frames []Frame) {
@@ -223,11 +317,13 @@ func (s *Session) followJob(ctx context.Context, jobID string) {
 		emit(f.Job(j))
 		return !f.Done()
 	}
-	if !refresh() {
-		return
-	}
-	if p, ok := s.Svc.Jobs.Bus.LatestPreview(jobID); ok {
-		emit(f.Preview(p.Data, s.meta.Load()))
+	if !fresh {
+		if !refresh() {
+			return
+		}
+		if p, ok := s.Svc.Jobs.Bus.LatestPreview(jobID); ok {
+			emit(f.Preview(p.Data, s.meta.Load()))
+		}
 	}
 	reconcile := time.NewTicker(reconcileEvery)
 	defer reconcile.Stop()
@@ -257,9 +353,27 @@ func (s *Session) followJob(ctx context.Context, jobID string) {
 					emit(f.Output(o))
 				}
 			case "status":
-				more := refresh()
-				s.recount(ctx)
-				s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+				var st struct {
+					Status string `json:"status"`
+				}
+				_ = json.Unmarshal(e.Data, &st)
+				more := true
+				switch {
+				case fresh && st.Status == storage.JobRunning:
+					emit(f.Running())
+				case fresh && st.Status != "" && !storage.Terminal(st.Status):
+				default:
+					more = refresh()
+				}
+				// ComfyUI sends status when its queue changes: a prompt
+				// queued or ended. Not on start or cancel: a client (the
+				// saintno SDK) that reads /queue on every status would
+				// find an interrupted prompt gone before its
+				// execution_interrupted and report it missing.
+				if st.Status == "" || st.Status == storage.JobQueued || storage.Terminal(st.Status) {
+					s.recount(ctx)
+					s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+				}
 				if !more {
 					return
 				}

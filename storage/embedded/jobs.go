@@ -223,7 +223,7 @@ func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
 		byID[jobs[i].ID] = &jobs[i]
 		args[i] = jobs[i].ID
 	}
-	rows, err := q.QueryContext(ctx, `SELECT o.job_id, o.node_id, o.name, o.type, `+assetColumnsA+`
+	rows, err := q.QueryContext(ctx, `SELECT o.job_id, o.node_id, o.name, o.type, coalesce(o.folder_type, ''), `+assetColumnsA+`
 		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
 		WHERE o.job_id IN (?`+strings.Repeat(`, ?`, len(jobs)-1)+`) ORDER BY o.job_id, o.seq`, args...)
 	if err != nil {
@@ -233,7 +233,7 @@ func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
 	for rows.Next() {
 		var jobID string
 		var o storage.Output
-		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type); err != nil {
+		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type, &o.Folder); err != nil {
 			return fmt.Errorf("embedded: list job outputs: %w", err)
 		}
 		j := byID[jobID]
@@ -346,7 +346,7 @@ func loadJob(ctx context.Context, q querier, where string, args ...any) (storage
 	if err != nil {
 		return storage.Job{}, fmt.Errorf("embedded: read job: %w", err)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT o.node_id, o.name, o.type, `+assetColumnsA+`
+	rows, err := q.QueryContext(ctx, `SELECT o.node_id, o.name, o.type, coalesce(o.folder_type, ''), `+assetColumnsA+`
 		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
 		WHERE o.job_id = ? ORDER BY o.seq`, job.ID)
 	if err != nil {
@@ -356,7 +356,7 @@ func loadJob(ctx context.Context, q querier, where string, args ...any) (storage
 	job.Outputs = []storage.Output{}
 	for rows.Next() {
 		var o storage.Output
-		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
+		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type, &o.Folder); err != nil {
 			return storage.Job{}, fmt.Errorf("embedded: read job output: %w", err)
 		}
 		job.Outputs = append(job.Outputs, o)

@@ -199,7 +199,7 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	if publish == nil {
 		return storage.Output{}, errors.New("embedded: AddOutput needs a publisher")
 	}
-	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type}
+	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		err := tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
 			id, attempt).Scan(&a.AccountID, &a.DeploymentID)
@@ -215,9 +215,9 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 			return err
 		}
 		result.Asset = created.Asset
-		_, err = tx.ExecContext(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id)
-			VALUES (?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = ?), ?, ?, ?, ?)`,
-			id, attempt, id, out.NodeID, out.Name, out.Type, a.ID)
+		_, err = tx.ExecContext(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
+			VALUES (?, ?, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = ?), ?, ?, ?, ?, nullif(?, ''))`,
+			id, attempt, id, out.NodeID, out.Name, out.Type, a.ID, out.Folder)
 		if err != nil {
 			return fmt.Errorf("embedded: insert output: %w", err)
 		}

@@ -350,7 +350,7 @@ func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
 		byID[jobs[i].ID] = &jobs[i]
 		ids[i] = jobs[i].ID
 	}
-	rows, err := q.Query(ctx, `SELECT o.job_id::text, o.node_id, o.name, o.type, `+assetColumnsA+`
+	rows, err := q.Query(ctx, `SELECT o.job_id::text, o.node_id, o.name, o.type, coalesce(o.folder_type, ''), `+assetColumnsA+`
 		FROM job_outputs o JOIN assets a ON a.id = o.asset_id
 		WHERE o.job_id = ANY($1::uuid[]) ORDER BY o.job_id, o.seq`, ids)
 	if err != nil {
@@ -360,7 +360,7 @@ func attachOutputs(ctx context.Context, q querier, jobs []storage.Job) error {
 	for rows.Next() {
 		var jobID string
 		var o storage.Output
-		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type); err != nil {
+		if o.Asset, err = scanAsset(rows, &jobID, &o.NodeID, &o.Name, &o.Type, &o.Folder); err != nil {
 			return mapErr("list job outputs", err)
 		}
 		j := byID[jobID]
@@ -481,7 +481,7 @@ func loadJob(ctx context.Context, q querier, where string, args ...any) (storage
 }
 
 // outputsQuery reads a job's outputs with their assets, in commit order.
-var outputsQuery = `SELECT o.node_id, o.name, o.type, ` + assetColumnsA + `
+var outputsQuery = `SELECT o.node_id, o.name, o.type, coalesce(o.folder_type, ''), ` + assetColumnsA + `
 	FROM job_outputs o JOIN assets a ON a.id = o.asset_id
 	WHERE o.job_id = $1 ORDER BY o.seq`
 
@@ -492,7 +492,7 @@ func scanOutputs(rows pgx.Rows) ([]storage.Output, error) {
 	for rows.Next() {
 		var o storage.Output
 		var err error
-		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type); err != nil {
+		if o.Asset, err = scanAsset(rows, &o.NodeID, &o.Name, &o.Type, &o.Folder); err != nil {
 			return nil, mapErr("read job output", err)
 		}
 		outputs = append(outputs, o)

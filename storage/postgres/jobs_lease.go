@@ -193,15 +193,15 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	if err != nil {
 		return storage.Output{}, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id)
-		VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6)`,
-		id, attempt, out.NodeID, out.Name, out.Type, a.ID); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
+		VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6, nullif($7, ''))`,
+		id, attempt, out.NodeID, out.Name, out.Type, a.ID, out.Folder); err != nil {
 		return storage.Output{}, mapErr("add output: insert", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return storage.Output{}, mapErr("add output: commit", err)
 	}
-	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Asset: created.Asset}, nil
+	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder, Asset: created.Asset}, nil
 }
 
 // FinishJob ends the attempt with status (succeeded, failed or canceled),

@@ -494,7 +494,9 @@ func testListWithOutputs(t *testing.T, st storage.Store) {
 	account, pool := newID(), newID()
 	mustCreateJob(t, st, newJob(account, pool))
 	ran := mustClaim(t, st, fs, pool)
-	mustAddOutput(t, st, fs, ran, newOutput("9", hashOf("list-out-1")))
+	preview := newOutput("9", hashOf("list-out-1"))
+	preview.Folder = "temp"
+	mustAddOutput(t, st, fs, ran, preview)
 	mustAddOutput(t, st, fs, ran, newOutput("3", hashOf("list-out-2")))
 	if _, err := st.FinishJob(ctx(t), ran.ID, ran.Attempt, storage.JobSucceeded, nil); err != nil {
 		t.Fatal(err)
@@ -515,7 +517,7 @@ func testListWithOutputs(t *testing.T, st storage.Store) {
 			t.Fatalf("ListJobs(%q): outputs %v, GetJob's %v", who, got, want)
 		}
 		for i := range got {
-			if got[i].NodeID != want[i].NodeID || got[i].Name != want[i].Name || got[i].Type != want[i].Type ||
+			if got[i].NodeID != want[i].NodeID || got[i].Name != want[i].Name || got[i].Type != want[i].Type || got[i].Folder != want[i].Folder ||
 				got[i].Asset.ID != want[i].Asset.ID || got[i].Asset.Hash != want[i].Asset.Hash {
 				t.Errorf("ListJobs(%q): output %d = %+v, GetJob's %+v", who, i, got[i], want[i])
 			}

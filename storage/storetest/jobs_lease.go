@@ -104,6 +104,7 @@ func testOutputsAndProgress(t *testing.T, st storage.Store) {
 	shared := hashOf("shared")
 	mustCreate(t, st, fs, newAsset(account, shared)) // the account already holds these bytes
 	ins := []storage.NewOutput{newOutput("9", hashOf("a")), newOutput("3", shared), newOutput("12", hashOf("b"))}
+	ins[0].Folder, ins[2].Folder = "temp", "output" // ins[1] has none, as before migration 0011
 	var outs []storage.Output
 	for _, in := range ins {
 		o := mustAddOutput(t, st, fs, job, in)
@@ -112,8 +113,8 @@ func testOutputsAndProgress(t *testing.T, st storage.Store) {
 		if d := diffAsset(o.Asset, want); d != "" {
 			t.Errorf("AddOutput(%s).Asset: %s", in.NodeID, d)
 		}
-		if o.NodeID != in.NodeID || o.Name != in.Name || o.Type != in.Type {
-			t.Errorf("AddOutput = %s/%s/%s, want %s/%s/%s", o.NodeID, o.Name, o.Type, in.NodeID, in.Name, in.Type)
+		if o.NodeID != in.NodeID || o.Name != in.Name || o.Type != in.Type || o.Folder != in.Folder {
+			t.Errorf("AddOutput = %s/%s/%s/%q, want %s/%s/%s/%q", o.NodeID, o.Name, o.Type, o.Folder, in.NodeID, in.Name, in.Type, in.Folder)
 		}
 		if n := fs.publishCount(in.Asset.Hash); !fs.has(in.Asset.Hash) || n == 0 {
 			t.Errorf("output %s: bytes present %v after %d publishes", in.NodeID, fs.has(in.Asset.Hash), n)
@@ -135,6 +136,9 @@ func testOutputsAndProgress(t *testing.T, st storage.Store) {
 		t.Fatalf("GetJob has %d outputs, want %d", len(got.Outputs), len(outs))
 	}
 	for i, o := range got.Outputs {
+		if o.Folder != outs[i].Folder {
+			t.Errorf("output %d: Folder %q, want %q", i, o.Folder, outs[i].Folder)
+		}
 		if o.NodeID != outs[i].NodeID || diffAsset(o.Asset, outs[i].Asset) != "" {
 			t.Errorf("output %d = node %s asset %s, want node %s asset %s (commit order)", i, o.NodeID, o.Asset.ID, outs[i].NodeID, outs[i].Asset.ID)
 		}

@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/comfygate/comfygate/tests/gateway"
@@ -11,9 +13,19 @@ import (
 // TestComfyUIClients runs @saintno/comfyui-sdk (under the /comfy/ prefix)
 // and @stable-canvas/comfyui-client (at the site root), unmodified,
 // against the ComfyUI front on the built-in pool and on a pool of a test
-// ComfyUI peer.
+// ComfyUI peer. NATIVE_CLIENT_RUNS=n runs both clients' files n times in a
+// row on each pool (a message that goes missing now and then shows there;
+// issue 26 asks for 20 clean runs).
 func TestComfyUIClients(t *testing.T) {
 	requireSDK(t)
+	runs := 1
+	if s := os.Getenv("NATIVE_CLIENT_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("NATIVE_CLIENT_RUNS=%q", s)
+		}
+		runs = n
+	}
 	pools := []struct {
 		name string
 		pool string // empty: the built-in pool
@@ -31,8 +43,13 @@ func TestComfyUIClients(t *testing.T) {
 			}
 			g := gateway.Start(t, gateway.NativeConfig(global, p.pool), gateway.Options{})
 			key := gateway.CreateAPIKey(t, g, "native-a")
-			runNodeTests(t, []string{"NATIVE_URL=" + g.URL + "/comfy", "NATIVE_KEY=" + key}, "native/saintno.test.mjs")
-			runNodeTests(t, []string{"NATIVE_URL=" + g.URL, "NATIVE_KEY=" + key}, "native/stable-canvas.test.mjs")
+			for run := 1; run <= runs; run++ {
+				runNodeTests(t, []string{"NATIVE_URL=" + g.URL + "/comfy", "NATIVE_KEY=" + key}, "native/saintno.test.mjs")
+				runNodeTests(t, []string{"NATIVE_URL=" + g.URL, "NATIVE_KEY=" + key}, "native/stable-canvas.test.mjs")
+				if runs > 1 {
+					t.Logf("run %d of %d passed", run, runs)
+				}
+			}
 			if peer != nil && peer.Stats().Prompts == 0 {
 				t.Fatal("no prompt reached the ComfyUI peer")
 			}

@@ -64,3 +64,28 @@ export async function until(cond, ms, what) {
   }
   throw new Error(`timed out waiting for ${what}`);
 }
+
+/**
+ * assertSequence checks one prompt's messages (in arrival order) as a
+ * client that draws per-node progress reads them: execution_start once,
+ * executing for each node of nodes in order and once, then executing null
+ * once and last; progress values strictly rising.
+ */
+export function assertSequence(messages, nodes) {
+  const types = messages.map((m) => m.type);
+  assert.equal(types.filter((t) => t === "execution_start").length, 1, types.join(","));
+  const executing = messages.filter((m) => m.type === "executing");
+  assert.deepEqual(executing.map((m) => m.data.node), [...nodes, null], types.join(","));
+  assert.equal(messages.at(-1).type, "executing", "executing null comes last: " + types.join(","));
+  const values = messages.filter((m) => m.type === "progress").map((m) => m.data.value);
+  for (let i = 1; i < values.length; i++) assert.ok(values[i] > values[i - 1], `progress ${values.join(",")}`);
+}
+
+/** previewPrompt is EmptyImage → PreviewImage and SaveImage in API format. */
+export function previewPrompt(prefix) {
+  return {
+    1: { class_type: "EmptyImage", inputs: { width: 8, height: 8, batch_size: 1, color: 255 } },
+    2: { class_type: "PreviewImage", inputs: { images: ["1", 0] } },
+    3: { class_type: "SaveImage", inputs: { filename_prefix: prefix, images: ["1", 0] } },
+  };
+}

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 
 import { ComfyApi, CallWrapper, PromptBuilder } from "@saintno/comfyui-sdk";
 
-import { BASE, KEY, assertInverted, inputPNG, invertPrompt, slowPrompt, until } from "./common.mjs";
+import { BASE, KEY, assertInverted, assertSequence, inputPNG, invertPrompt, previewPrompt, slowPrompt, until } from "./common.mjs";
 
 const api = new ComfyApi(BASE, undefined, { credentials: { type: "bearer_token", token: KEY } });
 // Every message the socket delivers, by type (the SDK re-dispatches each).
@@ -67,9 +67,30 @@ test("upload, queue, progress and executed over the socket, download through /vi
   assert.ok(order.indexOf("executed") < order.indexOf("execution_success"), order.join(","));
   const last = seen.filter((m) => m.type === "executing" && m.data.prompt_id === promptId).at(-1);
   assert.equal(last.data.node, null, "executing {node: null} ends the prompt");
+  assertSequence(seen.filter((m) => m.data?.prompt_id === promptId), ["1", "2", "3"]);
+  assert.deepEqual(history.prompt[4], ["3"], "outputs_to_execute");
 
   const blob = await api.getImage(images[0]);
   assertInverted(Buffer.from(await blob.arrayBuffer()));
+});
+
+test("a preview is a temp image, a saved one an output", async () => {
+  const builder = new PromptBuilder(previewPrompt("saintno_preview"), [], ["preview", "saved"])
+    .setOutputNode("preview", "2")
+    .setOutputNode("saved", "3");
+  let failure;
+  const result = await new CallWrapper(api, builder).onFailed((err) => (failure = err)).run();
+  assert.ok(result, `the call failed: ${failure}`);
+  assert.equal(result.preview.images[0].type, "temp");
+  assert.equal(result.saved.images[0].type, "output");
+  const promptId = result._promptId ?? (await api.getHistory(result.saved.images[0].subfolder)).prompt[1];
+  await until(() => messages("execution_success", promptId).length === 1, 10_000, "execution_success");
+  assertSequence(seen.filter((m) => m.data?.prompt_id === promptId), ["1", "2", "3"]);
+  const history = await api.getHistory(promptId);
+  assert.equal(history.outputs["2"].images[0].type, "temp");
+  assert.deepEqual(history.prompt[4], ["2", "3"]);
+  const blob = await api.getImage(history.outputs["2"].images[0]);
+  assert.ok((await blob.arrayBuffer()).byteLength > 0);
 });
 
 test("an invalid prompt fails as the SDK's EnqueueFailedError with ComfyUI's node_errors", async () => {
@@ -102,6 +123,14 @@ test("interrupt ends a running prompt", async () => {
   assert.equal(await call, false);
   assert.equal(failure?.name, "ExecutionInterruptedError", String(failure));
   await until(async () => (await api.getHistory(promptId))?.status?.status_str === "error", 10_000, "the history entry");
+  const interrupted = messages("execution_interrupted", promptId);
+  assert.equal(interrupted.length, 1);
+  const running = messages("executing", promptId).filter((m) => m.data.node !== null).at(-1).data.node;
+  assert.equal(interrupted[0].data.node_id, running, "execution_interrupted names the node that ran");
+  assert.ok(interrupted[0].data.executed.length >= 1 || running === "1", JSON.stringify(interrupted[0].data));
+  const entry = await api.getHistory(promptId);
+  const recorded = entry.status.messages.find(([type]) => type === "execution_interrupted")[1];
+  assert.equal(recorded.node_id, running);
   const queue = await api.getQueue();
   assert.ok(![...queue.queue_running, ...queue.queue_pending].some((item) => item[1] === promptId));
 });

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import WebSocket from "ws";
 import { Client, Workflow, plugins, HttpError, WorkflowInterruptedError } from "@stable-canvas/comfyui-client";
 
-import { BASE, KEY, assertInverted, inputPNG, invertPrompt, slowPrompt } from "./common.mjs";
+import { BASE, KEY, assertInverted, assertSequence, inputPNG, invertPrompt, previewPrompt, slowPrompt, until } from "./common.mjs";
 
 const url = new URL(BASE);
 const client = new Client({ api_host: url.host, WebSocket });
@@ -70,6 +70,24 @@ test("upload, queue, progress and executed over the socket, download through /vi
 
   const outputs = await client.getPromptOutputs(promptId);
   assert.deepEqual(outputs["3"].images, executed[0].data.output.images);
+  await until(() => seen.some((m) => m.type === "executing" && m.data.node === null && m.data.prompt_id === promptId), 10_000, "executing null");
+  assertSequence(seen.filter((m) => m.data?.prompt_id === promptId), ["1", "2", "3"]);
+});
+
+test("a preview is a temp image over the socket and in the history", async () => {
+  const invoked = new Workflow().instance(client);
+  invoked.workflow.prompt = previewPrompt("stable_canvas_preview");
+  await invoked.enqueue();
+  const result = await invoked.wait();
+  const promptId = invoked.task_id;
+  assert.equal(result.images.length, 2);
+  await until(() => seen.some((m) => m.type === "executing" && m.data.node === null && m.data.prompt_id === promptId), 10_000, "executing null");
+  const executed = seen.filter((m) => m.type === "executed" && m.data.prompt_id === promptId);
+  const types = Object.fromEntries(executed.map((m) => [m.data.node, m.data.output.images[0].type]));
+  assert.deepEqual(types, { 2: "temp", 3: "output" });
+  assertSequence(seen.filter((m) => m.data?.prompt_id === promptId), ["1", "2", "3"]);
+  const outputs = await client.getPromptOutputs(promptId);
+  assert.equal(outputs["2"].images[0].type, "temp");
 });
 
 test("an invalid prompt fails as the client's HttpError with ComfyUI's 400 body", async () => {
