@@ -492,26 +492,36 @@ func (s *Sentinel) Stop() {
 	}
 }
 
-// Shared instances, one per test binary.
+// Shared instances, one per test binary, both started (concurrently) on
+// the first request for either: a package that uses one mostly uses both.
 var shared struct {
-	mu          sync.Mutex
+	once        sync.Once
+	ready       chan struct{}
 	cluster     *Cluster
 	clusterErr  error
 	sentinel    *Sentinel
 	sentinelErr error
 }
 
+func startShared() {
+	shared.once.Do(func() {
+		shared.ready = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); shared.cluster, shared.clusterErr = startCluster(0) }()
+		go func() { defer wg.Done(); shared.sentinel, shared.sentinelErr = startSentinel() }()
+		go func() { wg.Wait(); close(shared.ready) }()
+	})
+	<-shared.ready
+}
+
 // ClusterURL returns the address of the test binary's shared Cluster
-// (three primaries, no replicas), starting it on first use. Tests
-// must not kill its nodes (use NewCluster) and should keep their keys under
-// a unique prefix.
+// (three primaries, no replicas), starting it on first use. Tests must not
+// kill its nodes (use NewCluster) and should keep their keys under a unique
+// prefix.
 func ClusterURL(t testing.TB) string {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.cluster == nil && shared.clusterErr == nil {
-		shared.cluster, shared.clusterErr = startCluster(0)
-	}
+	startShared()
 	if shared.clusterErr != nil {
 		t.Fatal(shared.clusterErr)
 	}
@@ -523,11 +533,7 @@ func ClusterURL(t testing.TB) string {
 // NewSentinel).
 func SentinelURL(t testing.TB) string {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.sentinel == nil && shared.sentinelErr == nil {
-		shared.sentinel, shared.sentinelErr = startSentinel()
-	}
+	startShared()
 	if shared.sentinelErr != nil {
 		t.Fatal(shared.sentinelErr)
 	}
@@ -538,14 +544,15 @@ func SentinelURL(t testing.TB) string {
 // TestMain: os.Exit(redistest.Main(m)) is not needed, Main exits.
 func Main(m *testing.M) {
 	code := m.Run()
-	shared.mu.Lock()
-	if shared.cluster != nil {
-		shared.cluster.Stop()
+	if shared.ready != nil {
+		<-shared.ready
+		if shared.cluster != nil {
+			shared.cluster.Stop()
+		}
+		if shared.sentinel != nil {
+			shared.sentinel.Stop()
+		}
 	}
-	if shared.sentinel != nil {
-		shared.sentinel.Stop()
-	}
-	shared.mu.Unlock()
 	os.Exit(code)
 }
 
