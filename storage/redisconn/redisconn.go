@@ -30,6 +30,7 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -289,9 +290,59 @@ func (c *Config) NewClient() redis.UniversalClient {
 	case Sentinel:
 		return redis.NewFailoverClient(c.Failover)
 	case Cluster:
-		return redis.NewClusterClient(c.Cluster)
+		cl := redis.NewClusterClient(c.Cluster)
+		cl.AddHook(reloadOnFailure{cl})
+		return cl
 	}
 	return redis.NewClient(c.Single)
+}
+
+// reloadOnFailure makes a Cluster client re-read the slot map (CLUSTER
+// SLOTS from a live node) when a command fails without a reply from Redis:
+// its node may be gone. go-redis re-reads it only on a MOVED or ASK reply
+// and once a minute (ClusterStateReloadInterval) otherwise, so after a
+// primary is killed the client kept dialing the dead node for its slots
+// for up to a minute after its replica had taken them over (seen in
+// tests/chaos TestRedisClusterPrimaryKilled). Reloads are lazy and at most
+// one per 200 ms (go-redis's own cooldown), so a storm of failures costs
+// a few CLUSTER SLOTS.
+type reloadOnFailure struct{ c *redis.ClusterClient }
+
+// nodeFailure reports whether err is no answer from a node (a dial, read
+// or write error, or a timeout), as opposed to Redis's own error reply or
+// the caller giving up.
+func nodeFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
+
+func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if nodeFailure(err) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnFailure) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		failed := nodeFailure(err)
+		for _, c := range cmds {
+			failed = failed || nodeFailure(c.Err())
+		}
+		if failed {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
 }
 
 // Open parses raw and builds its client. It does not dial.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/storage/redisconn"
+	"github.com/comfygate/comfygate/storage/redistest"
 )
 
 func TestParse(t *testing.T) {
@@ -114,3 +115,5 @@ func TestParseRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -49,6 +49,10 @@ type Scenario struct {
 	// Observed, when set, returns findings the scenario itself made while
 	// injecting (beyond the checker's), matched against Open like them.
 	Observed func() []string
+	// Recovery, when set, gives the time to recover instead of the probe
+	// from the fault's end (for faults that heal themselves, timed from
+	// the fault's start by the scenario), and a note for the fault column.
+	Recovery func() (time.Duration, string)
 }
 
 // Result is one scenario's row.
@@ -130,6 +134,13 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 		res.Recover = recovered.Sub(healed)
 		if sc.RecoverFrom != nil {
 			res.Recover = recovered.Sub(sc.RecoverFrom())
+		}
+	}
+	if sc.Recovery != nil {
+		d, note := sc.Recovery()
+		res.Recover = d
+		if note != "" {
+			res.Fault += "; " + note
 		}
 	}
 	res.Open = map[string]int{}
