@@ -329,16 +329,24 @@ func (c *Cluster) PrimaryFor(key string) (*Node, error) {
 			cl.Close()
 			continue
 		}
-		slots, err := cl.ClusterSlots(ctx).Result()
+		shards, err := cl.ClusterShards(ctx).Result()
 		cl.Close()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				for _, m := range c.Nodes {
-					if m.Addr == s.Nodes[0].Addr {
-						return m, nil
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, sn := range sh.Nodes {
+					if sn.Role != "master" || sn.Health != "online" {
+						continue
+					}
+					for _, m := range c.Nodes {
+						if m.Port == int(sn.Port) {
+							return m, nil
+						}
 					}
 				}
 			}
