@@ -36,6 +36,11 @@ var openNotes = []string{
 
 // fixedNotes are findings of the suite that were fixed, and where.
 var fixedNotes = []string{
+	"Redis Cluster: after a primary was killed, the gateways kept dialing it for its slots until go-redis's next " +
+		"periodic slot-map reload (once a minute; it re-reads the map by itself only on MOVED/ASK), long after its " +
+		"replica had taken the slots over: every claim, limit and publish on those slots failed meanwhile. Fixed: " +
+		"comfygate's Cluster client re-reads the slot map when a node stops answering (storage/redisconn; " +
+		"TestClusterClientFollowsFailover).",
 	"Idempotency-Key kept after a write that never reached Postgres (no connection could be made): the client's retry " +
 		"got 422 idempotency_key_reuse with no job to poll (16–30 per Postgres-down run). Fixed: storage.ErrNotSent, " +
 		"idem.NotSent release the key.",
