@@ -63,7 +63,7 @@ func (o *outage) recovered() (time.Duration, bool) {
 // Redis side's own failover time.
 func redisHAScenario(t *testing.T, name, fault, who string, kill func() error, switched func() bool, maxRecovery time.Duration) Scenario {
 	o := &outage{}
-	holdFor := pick(10*time.Second, 30*time.Second)
+	holdFor := pick(8*time.Second, 30*time.Second)
 	sc := scenario(name, fault, holdFor, func(ctx context.Context, t *testing.T, s *Stack) error {
 		var wg sync.WaitGroup
 		wg.Add(1)
