@@ -291,7 +291,11 @@ func (c *Config) NewClient() redis.UniversalClient {
 		return redis.NewFailoverClient(c.Failover)
 	case Cluster:
 		cl := redis.NewClusterClient(c.Cluster)
-		cl.AddHook(reloadOnFailure{cl})
+		h := reloadOnFailure{cl}
+		cl.AddHook(h)
+		// Each node's dials too: a refused dial starts the reload at once,
+		// not after the command's retries have run out.
+		cl.OnNewNode(func(node *redis.Client) { node.AddHook(h) })
 		return cl
 	}
 	return redis.NewClient(c.Single)
@@ -319,7 +323,15 @@ func nodeFailure(err error) bool {
 	return !errors.As(err, &rerr)
 }
 
-func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if nodeFailure(err) {
+			h.c.ReloadState(ctx)
+		}
+		return conn, err
+	}
+}
 
 func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
