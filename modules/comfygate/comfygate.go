@@ -25,6 +25,7 @@ import (
 	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/redisconn"
 )
 
 func init() {
@@ -42,7 +43,9 @@ const (
 type App struct {
 	// Storage selects where records are kept. Default: embedded under ./data.
 	Storage *StorageConfig `json:"storage,omitempty"`
-	// Redis is a redis:// URL for claims, fan-out and limits. When empty these
+	// Redis is the Redis for claims, fan-out and limits: a redis:// or
+	// rediss:// URL, a redis-sentinel://host,host/master address or a
+	// redis-cluster://host,host address (docs/redis-ha.md). When empty these
 	// are kept in process (single gateway process only). Accepts {env.X}.
 	Redis string `json:"redis,omitempty"`
 	// Blobs configures the blob store. Default: file_system under
@@ -186,6 +189,12 @@ func (a *App) Validate() error {
 		}
 	default:
 		return fmt.Errorf("comfygate: unknown storage backend %q (want embedded or postgres)", a.Storage.Backend)
+	}
+	if a.Redis != "" {
+		// Parsed here, not dialed: a bad address fails the config load.
+		if _, err := redisconn.Parse(a.Redis); err != nil {
+			return fmt.Errorf("comfygate: redis: %w", err)
+		}
 	}
 	if err := a.Blobs.validate(a.MaxUploadBytes); err != nil {
 		return err

@@ -1,6 +1,16 @@
 // Package redisbus carries job events between gateway processes over one
 // Redis pub/sub channel, delivering them into each process's bus.Hub. One
 // subscriber connection serves the whole process, however many streams are open.
+//
+// On a Redis Cluster it uses classic PUBLISH/SUBSCRIBE, not sharded pub/sub
+// (SPUBLISH/SSUBSCRIBE): the Cluster forwards a classic publish to every
+// node, so a publish (keyless) may go to any live primary and go-redis
+// retries it on another after a failure, while a sharded one must reach the
+// channel's one shard, which with a single channel would put every event on
+// one primary and stop every publish while that primary fails over. One
+// channel gains nothing from sharding; the cost, each event crossing the
+// cluster bus to every node, is small. It also keeps one code path for one
+// server, Sentinel and a Cluster. See docs/redis-ha.md.
 package redisbus
 
 import (

@@ -12,12 +12,24 @@ import (
 
 	"github.com/comfygate/comfygate/storage/bus"
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/storage/redisconn"
+	"github.com/comfygate/comfygate/storage/redistest"
 )
+
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 // TestEventsCrossProcesses: two buses on one Redis stand for two gateway
 // processes; an event published on one reaches a subscriber of the other.
+// It runs on one server, a Cluster (where PUBLISH reaches subscribers on
+// every node) and a Sentinel set.
 func TestEventsCrossProcesses(t *testing.T) {
-	url, prefix := pgtest.RedisURL(t), pgtest.KeyPrefix(t)
+	for _, tp := range redistest.Topologies(pgtest.RedisURL) {
+		t.Run(tp.Name, func(t *testing.T) { testEventsCrossProcesses(t, tp.URL(t)) })
+	}
+}
+
+func testEventsCrossProcesses(t *testing.T, url string) {
+	prefix := pgtest.KeyPrefix(t)
 	ctx := context.Background()
 	one, err := New(url, prefix)
 	if err != nil {
@@ -77,8 +89,14 @@ func TestUnreachableRedisFailsStart(t *testing.T) {
 
 // Concurrent publishes (sent together as pipelines) each reach Redis once.
 func TestConcurrentPublishes(t *testing.T) {
+	for _, tp := range redistest.Topologies(pgtest.RedisURL) {
+		t.Run(tp.Name, func(t *testing.T) { testConcurrentPublishes(t, tp.URL(t)) })
+	}
+}
+
+func testConcurrentPublishes(t *testing.T, url string) {
 	const n = 200
-	url, prefix := pgtest.RedisURL(t), pgtest.KeyPrefix(t)
+	prefix := pgtest.KeyPrefix(t)
 	ctx := context.Background()
 	b, err := New(url, prefix)
 	if err != nil {
@@ -87,11 +105,10 @@ func TestConcurrentPublishes(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	// A raw subscriber with room for every event: the hub's small
 	// per-subscription buffers would drop some.
-	opt, err := redis.ParseURL(url)
+	raw, err := redisconn.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := redis.NewClient(opt)
 	t.Cleanup(func() { raw.Close() })
 	sub := raw.Subscribe(ctx, b.channel)
 	defer sub.Close()

@@ -36,13 +36,14 @@ type Store struct {
 
 var _ storage.ClaimStore = (*Store)(nil)
 
-// New builds a store from a redis:// or rediss:// URL. It does not dial:
+// New builds a store from a Redis address (one server, a Sentinel set or
+// a Cluster; see storage/redisconn). It does not dial:
 // the first command connects, so configuration can be validated offline.
 // Every key the store writes starts with prefix (for example "comfygate:").
 func New(url string, prefix string) (*Store, error) {
 	pipe, err := redispipe.Open(url)
 	if err != nil {
-		// ParseURL's errors do not echo the URL, so no password leaks.
+		// redisconn's errors do not echo the URL, so no password leaks.
 		return nil, fmt.Errorf("redisclaim: parse url: %w", err)
 	}
 	return &Store{pipe: pipe, prefix: prefix}, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/redisclaim"
+	"github.com/comfygate/comfygate/storage/redistest"
 	"github.com/comfygate/comfygate/storage/storetest"
 )
 
@@ -26,7 +27,13 @@ func testCtx(t *testing.T) context.Context {
 // freshStore returns a store on the test Redis under a prefix of its own.
 func freshStore(t *testing.T) (*redisclaim.Store, string, string) {
 	t.Helper()
-	url, prefix := pgtest.RedisURL(t), pgtest.KeyPrefix(t)
+	return freshStoreOn(t, pgtest.RedisURL(t))
+}
+
+// freshStoreOn is freshStore on the Redis at url.
+func freshStoreOn(t *testing.T, url string) (*redisclaim.Store, string, string) {
+	t.Helper()
+	prefix := pgtest.KeyPrefix(t)
 	st, err := redisclaim.New(url, prefix)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -35,11 +42,21 @@ func freshStore(t *testing.T) (*redisclaim.Store, string, string) {
 	return st, url, prefix
 }
 
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The claim store's conformance suite on one server, a Cluster and a
+// Sentinel set.
 func TestConformance(t *testing.T) {
-	storetest.RunClaims(t, func(t *testing.T) storage.ClaimStore {
-		st, _, _ := freshStore(t)
-		return st
-	})
+	for _, tp := range redistest.Topologies(pgtest.RedisURL) {
+		t.Run(tp.Name, func(t *testing.T) {
+			t.Parallel() // separate servers; the suites mostly wait
+			url := tp.URL(t)
+			storetest.RunClaims(t, func(t *testing.T) storage.ClaimStore {
+				st, _, _ := freshStoreOn(t, url)
+				return st
+			})
+		})
+	}
 }
 
 // rawClient reads what the store wrote, to check the key layout.

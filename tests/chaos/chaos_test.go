@@ -28,12 +28,14 @@ func TestMain(m *testing.M) {
 			soak = &copied
 		}
 		var lastSoak string
-		if soak == nil {
-			if old, err := os.ReadFile(path); err == nil {
+		var lastRows []string
+		if old, err := os.ReadFile(path); err == nil {
+			lastRows = TableRows(string(old))
+			if soak == nil {
 				lastSoak = SoakSection(string(old))
 			}
 		}
-		if err := os.WriteFile(path, []byte(Markdown(Results(), soak, lastSoak, Long(), started)), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(Markdown(Results(), lastRows, soak, lastSoak, Long(), started)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}

@@ -36,6 +36,11 @@ var openNotes = []string{
 
 // fixedNotes are findings of the suite that were fixed, and where.
 var fixedNotes = []string{
+	"Redis Cluster: after a primary was killed, the gateways kept dialing it for its slots until go-redis's next " +
+		"periodic slot-map reload (once a minute; it re-reads the map by itself only on MOVED/ASK), long after its " +
+		"replica had taken the slots over: every claim, limit and publish on those slots failed meanwhile. Fixed: " +
+		"comfygate's Cluster client re-reads the slot map when a node stops answering (storage/redisconn; " +
+		"TestClusterClientFollowsFailover).",
 	"Idempotency-Key kept after a write that never reached Postgres (no connection could be made): the client's retry " +
 		"got 422 idempotency_key_reuse with no job to poll (16–30 per Postgres-down run). Fixed: storage.ErrNotSent, " +
 		"idem.NotSent release the key.",
@@ -68,11 +73,12 @@ func SoakSection(md string) string {
 // carriedMark starts the note on a soak section carried over.
 const carriedMark = "The soak did not run this time"
 
-// Markdown is RELIABILITY.md: how it was produced, the scenarios' table,
-// the soak (when it ran, else lastSoak: the section of the last report
-// that ran it, carried over as it was) and the open findings outside the
-// table.
-func Markdown(rs []Result, soak *SoakResult, lastSoak string, long bool, started time.Time) string {
+// Markdown is RELIABILITY.md: how it was produced, the scenarios' table
+// (with lastRows, the last report's rows, kept for the scenarios that did
+// not run this time), the soak (when it ran, else lastSoak: the section of
+// the last report that ran it, carried over as it was) and the open
+// findings outside the table.
+func Markdown(rs []Result, lastRows []string, soak *SoakResult, lastSoak string, long bool, started time.Time) string {
 	var b strings.Builder
 	form := "short forms (as in tests/run)"
 	if long {
@@ -82,13 +88,18 @@ func Markdown(rs []Result, soak *SoakResult, lastSoak string, long bool, started
 		"Each scenario runs the mixed workload (uploads with and without Idempotency-Key, submits retried on the same key, "+
 		"cancels, polls, event streams, router calls with keys) against the real gateway binary, whose every dependency "+
 		"(Postgres, Redis, the S3 server, two ComfyUI peers, a partner peer) is behind a toxiproxy proxy; the fault is "+
-		"injected through the proxies, then the checker verifies the history against storage "+
+		"injected through the proxies (the Redis Sentinel and Cluster rows instead reach Redis nodes of their own directly "+
+		"and kill one), then the checker verifies the history against storage "+
 		"(see tests/chaos/checker.go for what it checks).\n\n", LongCommand, form, started.UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU())
 	b.WriteString("\"lost\" counts effects answered 2xx that storage does not hold with the right bytes, and keys refused as " +
 		"used with nothing created under them; \"duplicated\" counts intentions that became more than one job or asset. " +
 		"\"conn\" is a request that got no answer (a killed gateway). Time to recover runs from the fault's end to the " +
 		"first upload and job list that both succeed.\n\n")
-	b.WriteString(Table(rs))
+	table, carried := mergeTable(rs, lastRows)
+	if len(carried) > 0 {
+		fmt.Fprintf(&b, "Not run this time, so carried over unchanged from the last report: %s.\n\n", strings.Join(carried, ", "))
+	}
+	b.WriteString(table)
 	b.WriteString("\nAn open finding is reported, not failed, while at most " + fmt.Sprint(OpenLimit) + " findings of its kind " +
 		"occur in a scenario; the open kinds are explained below.\n")
 	if soak != nil {

@@ -49,6 +49,10 @@ type Scenario struct {
 	// Observed, when set, returns findings the scenario itself made while
 	// injecting (beyond the checker's), matched against Open like them.
 	Observed func() []string
+	// Recovery, when set, gives the time to recover instead of the probe
+	// from the fault's end (for faults that heal themselves, timed from
+	// the fault's start by the scenario), and a note for the fault column.
+	Recovery func() (time.Duration, string)
 }
 
 // Result is one scenario's row.
@@ -130,6 +134,13 @@ func Run(t *testing.T, sc Scenario, opts StackOptions) Result {
 		res.Recover = recovered.Sub(healed)
 		if sc.RecoverFrom != nil {
 			res.Recover = recovered.Sub(sc.RecoverFrom())
+		}
+	}
+	if sc.Recovery != nil {
+		d, note := sc.Recovery()
+		res.Recover = d
+		if note != "" {
+			res.Fault += "; " + note
 		}
 	}
 	res.Open = map[string]int{}
@@ -228,35 +239,95 @@ func probeOnce(client *http.Client, base string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// tableHead is the head of RELIABILITY.md's table.
+const tableHead = "| scenario | injected | requests | answers by code | lost | duplicated | open findings | time to recover |\n" +
+	"|---|---|---|---|---|---|---|---|\n"
+
 // Table is RELIABILITY.md's table of results.
 func Table(rs []Result) string {
 	var b strings.Builder
-	b.WriteString("| scenario | injected | requests | answers by code | lost | duplicated | open findings | time to recover |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString(tableHead)
 	for _, r := range rs {
-		var codes []string
-		for c, n := range r.Codes {
-			codes = append(codes, fmt.Sprintf("%s: %d", c, n))
-		}
-		sort.Strings(codes)
-		var notes []string
-		for o, n := range r.Open {
-			notes = append(notes, fmt.Sprintf("open, %d × %s", n, o))
-		}
-		sort.Strings(notes)
-		for i, f := range r.Failing {
-			if i == 3 {
-				notes = append(notes, fmt.Sprintf("and %d more failing", len(r.Failing)-3))
-				break
-			}
-			notes = append(notes, "FAILING: "+f)
-		}
-		open := "none"
-		if len(notes) > 0 {
-			open = strings.ReplaceAll(strings.Join(notes, "; "), "|", "/")
-		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %d | %s | %s |\n", r.Scenario, r.Fault, r.Requests,
-			strings.Join(codes, ", "), r.Lost, r.Duplicated, open, r.Recover.Round(10*time.Millisecond))
+		b.WriteString(row(r))
 	}
 	return b.String()
+}
+
+// row is one result's line of the table.
+func row(r Result) string {
+	var codes []string
+	for c, n := range r.Codes {
+		codes = append(codes, fmt.Sprintf("%s: %d", c, n))
+	}
+	sort.Strings(codes)
+	var notes []string
+	for o, n := range r.Open {
+		notes = append(notes, fmt.Sprintf("open, %d × %s", n, o))
+	}
+	sort.Strings(notes)
+	for i, f := range r.Failing {
+		if i == 3 {
+			notes = append(notes, fmt.Sprintf("and %d more failing", len(r.Failing)-3))
+			break
+		}
+		notes = append(notes, "FAILING: "+f)
+	}
+	open := "none"
+	if len(notes) > 0 {
+		open = strings.ReplaceAll(strings.Join(notes, "; "), "|", "/")
+	}
+	return fmt.Sprintf("| %s | %s | %d | %s | %d | %d | %s | %s |\n", r.Scenario, r.Fault, r.Requests,
+		strings.Join(codes, ", "), r.Lost, r.Duplicated, open, r.Recover.Round(10*time.Millisecond))
+}
+
+// TableRows are the scenario lines of a RELIABILITY.md's table, in order.
+func TableRows(md string) []string {
+	_, rest, ok := strings.Cut(md, tableHead)
+	if !ok {
+		return nil
+	}
+	var rows []string
+	for _, line := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			break
+		}
+		rows = append(rows, line+"\n")
+	}
+	return rows
+}
+
+// rowScenario is the scenario named by a table line.
+func rowScenario(line string) string {
+	cells := strings.SplitN(line, " | ", 2)
+	return strings.TrimPrefix(cells[0], "| ")
+}
+
+// mergeTable is the table of rs, with the rows of lastRows (a previous
+// report's) whose scenarios did not run this time kept where they were,
+// and the names of those carried over.
+func mergeTable(rs []Result, lastRows []string) (string, []string) {
+	ran := map[string]Result{}
+	for _, r := range rs {
+		ran[r.Scenario] = r
+	}
+	var b strings.Builder
+	var carried []string
+	b.WriteString(tableHead)
+	written := map[string]bool{}
+	for _, line := range lastRows {
+		name := rowScenario(line)
+		if r, ok := ran[name]; ok {
+			b.WriteString(row(r))
+			written[name] = true
+			continue
+		}
+		b.WriteString(line)
+		carried = append(carried, name)
+	}
+	for _, r := range rs {
+		if !written[r.Scenario] {
+			b.WriteString(row(r))
+		}
+	}
+	return b.String(), carried
 }

@@ -86,6 +86,11 @@ type StackOptions struct {
 	// directly, with no proxy in front; empty: a schema of the shared
 	// server behind the PG proxy.
 	Postgres string
+	// RedisURL, when set, is a Redis of the scenario's own (a Sentinel set
+	// or a Cluster from storage/redistest) that the gateways reach
+	// directly, without a proxy: the scenario injects its faults by
+	// killing nodes. Empty: the machine's Redis behind the Redis proxy.
+	RedisURL string
 }
 
 // NewStack starts the peers, a proxy in front of every dependency and the
@@ -102,13 +107,16 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	}
 	// The suite's Redis keys live in a database of their own so the soak
 	// can count them (DBSIZE); the claims and the bus are not prefixed.
-	s.RedisURL = withPath(t, pgtest.RedisURL(t), "/11")
-	flushRedis(t, s.RedisURL)
+	if opts.RedisURL != "" {
+		s.RedisURL = opts.RedisURL
+	} else {
+		s.RedisURL = withPath(t, pgtest.RedisURL(t), "/11")
+		flushRedis(t, s.RedisURL)
+	}
 	s.BucketClient = s.Bucket.Client(t)
 	s.Peers = []*comfyuipeer.Peer{comfyuipeer.New(t, comfyuipeer.Options{}), comfyuipeer.New(t, comfyuipeer.Options{})}
 	s.Partner = partner.NewSyncJSON(t)
 
-	rd := s.Faults.Add(t, Redis, hostOf(t, s.RedisURL))
 	s3 := s.Faults.Add(t, S3, hostOf(t, s.Bucket.Endpoint))
 	c0 := s.Faults.Add(t, Comfy0, hostOf(t, s.Peers[0].URL))
 	c1 := s.Faults.Add(t, Comfy1, hostOf(t, s.Peers[1].URL))
@@ -136,7 +144,12 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 		// A keyword/value DSN (host=a,b port=p,q ...).
 		gwDSN = s.DSN + " application_name=" + s.AppName
 	}
-	s.caddyfile = caddyfile(gwDSN, withHost(t, s.RedisURL, rd.Addr),
+	gwRedis := s.RedisURL
+	if opts.RedisURL == "" {
+		rd := s.Faults.Add(t, Redis, hostOf(t, s.RedisURL))
+		gwRedis = withHost(t, s.RedisURL, rd.Addr)
+	}
+	s.caddyfile = caddyfile(gwDSN, gwRedis,
 		bucket.Caddyfile(s3Timeout), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
 	for i := range opts.Gateways {
 		cfg := s.caddyfile

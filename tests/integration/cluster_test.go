@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/storage/redistest"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
@@ -30,10 +31,20 @@ func startMember(t *testing.T, global, blobs string) *gateway.Gateway {
 }
 
 // TestStreamFromAnotherProcess: a job submitted to and streamed from an
-// API-only gateway runs on another process; the stream sees it live.
+// API-only gateway runs on another process; the stream sees it live. The
+// events cross through Redis: one server, a Cluster or a Sentinel set.
 func TestStreamFromAnotherProcess(t *testing.T) {
 	t.Parallel()
-	dsn, rurl, blobs := pgtest.DSN(t), pgtest.RedisURL(t), t.TempDir()
+	for _, tp := range redistest.Topologies(pgtest.RedisURL) {
+		t.Run(tp.Name, func(t *testing.T) {
+			t.Parallel()
+			testStreamFromAnotherProcess(t, tp.URL(t))
+		})
+	}
+}
+
+func testStreamFromAnotherProcess(t *testing.T, rurl string) {
+	dsn, blobs := pgtest.DSN(t), t.TempDir()
 	worker := startMember(t, clusterGlobal(dsn, rurl, "\t\t\tconcurrency 1"), blobs)
 	api := startMember(t, clusterGlobal(dsn, rurl, "\t\t\tno_execute"), blobs)
 	_ = worker

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/comfygate/comfygate/storage/redisconn"
 )
 
 // Redis is the multi-instance Limiter. Per workspace it keeps, under one hash
@@ -41,21 +43,20 @@ type Redis struct {
 
 var _ Limiter = (*Redis)(nil)
 
-// OpenRedis builds a limiter on a new client for a redis:// or rediss:// URL
-// and owns it (Close closes it). It does not dial. Keys start with prefix,
+// OpenRedis builds a limiter on a new client for a Redis address (one
+// server, a Sentinel set or a Cluster; see storage/redisconn) and owns it
+// (Close closes it). It does not dial. Keys start with prefix,
 // for example "comfygate:limits:". ttl 0 means DefaultLeaseTTL.
 func OpenRedis(url, prefix string, ttl time.Duration) (*Redis, error) {
-	opts, err := redis.ParseURL(url)
+	cfg, err := redisconn.Parse(url)
 	if err != nil {
-		// ParseURL's errors do not echo the URL, so no password leaks.
+		// redisconn's errors do not echo the URL, so no password leaks.
 		return nil, fmt.Errorf("limits: parse redis url: %w", err)
 	}
-	if opts.Protocol == 0 {
-		// The limiter needs nothing from RESP3, and with it go-redis looks
-		// for push notifications before reading every reply.
-		opts.Protocol = 2
-	}
-	l, err := NewRedis(redis.NewClient(opts), prefix, ttl)
+	// The limiter needs nothing from RESP3, and with it go-redis looks
+	// for push notifications before reading every reply.
+	cfg.SetDefaultProtocol(2)
+	l, err := NewRedis(cfg.NewClient(), prefix, ttl)
 	if err != nil {
 		return nil, err
 	}

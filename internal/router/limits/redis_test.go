@@ -16,11 +16,18 @@ import (
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/internal/router/limits/limitstest"
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/storage/redistest"
 )
 
 func openRedis(t testing.TB, ttl time.Duration) *limits.Redis {
 	t.Helper()
-	l, err := limits.OpenRedis(pgtest.RedisURL(t), pgtest.KeyPrefix(t), ttl)
+	return openRedisOn(t, pgtest.RedisURL(t), ttl)
+}
+
+// openRedisOn is openRedis on the Redis at url.
+func openRedisOn(t testing.TB, url string, ttl time.Duration) *limits.Redis {
+	t.Helper()
+	l, err := limits.OpenRedis(url, pgtest.KeyPrefix(t), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,11 +35,24 @@ func openRedis(t testing.TB, ttl time.Duration) *limits.Redis {
 	return l
 }
 
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// The limiter's suite on one server and a Cluster (every script's keys in
+// one slot). Not behind Sentinel: once it has found the primary, a
+// Sentinel client is a one-server client (the claims and bus suites cover
+// the addressing), and the suite's waits, run at most GOMAXPROCS at a
+// time, would add a third to its time.
 func TestRedisSuite(t *testing.T) {
-	limitstest.Run(t, func(t *testing.T) limitstest.Harness {
-		const ttl = 1500 * time.Millisecond
-		return limitstest.Harness{Limiter: openRedis(t, ttl), TTL: ttl, Advance: time.Sleep}
-	})
+	for _, tp := range redistest.Topologies(pgtest.RedisURL)[:2] {
+		t.Run(tp.Name, func(t *testing.T) {
+			t.Parallel() // separate servers; the suites mostly wait
+			url := tp.URL(t)
+			limitstest.Run(t, func(t *testing.T) limitstest.Harness {
+				const ttl = 1500 * time.Millisecond
+				return limitstest.Harness{Limiter: openRedisOn(t, url, ttl), TTL: ttl, Advance: time.Sleep}
+			})
+		})
+	}
 }
 
 func TestRedisUnreachableIsUnavailable(t *testing.T) {

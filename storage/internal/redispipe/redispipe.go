@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/internal/combine"
+	"github.com/comfygate/comfygate/storage/redisconn"
 )
 
 // batchTimeout bounds one pipeline: it serves many callers, so it runs on
@@ -36,7 +37,7 @@ type Pipe struct {
 // shared is the client and queue every Pipe to one URL uses.
 type shared struct {
 	url    string
-	client *redis.Client
+	client redis.UniversalClient
 	cmds   *combine.Combiner[redis.Cmder]
 	refs   int // guarded by registry.mu
 }
@@ -46,9 +47,11 @@ var registry struct {
 	pipes map[string]*shared
 }
 
-// Open returns a use of the process's pipe to the Redis at url (a redis://
-// or rediss:// URL), creating the pipe on first use. Every Open must be
-// matched by a Close. It does not dial.
+// Open returns a use of the process's pipe to the Redis at url (any form
+// redisconn reads: one server, a Sentinel set or a Cluster), creating the
+// pipe on first use. Every Open must be matched by a Close. It does not
+// dial. On a Cluster a pipeline is split by node, each command going to
+// the node owning its key (keyless ones, PUBLISH, to any primary).
 func Open(url string) (*Pipe, error) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
@@ -56,11 +59,11 @@ func Open(url string) (*Pipe, error) {
 		p.refs++
 		return &Pipe{shared: p}, nil
 	}
-	opts, err := redis.ParseURL(url)
+	client, err := redisconn.Open(url)
 	if err != nil {
-		return nil, err // ParseURL's errors do not echo the URL
+		return nil, err // redisconn's errors do not echo the URL
 	}
-	p := &shared{url: url, client: redis.NewClient(opts), refs: 1}
+	p := &shared{url: url, client: client, refs: 1}
 	p.cmds = &combine.Combiner[redis.Cmder]{Timeout: batchTimeout, Run: p.run}
 	if registry.pipes == nil {
 		registry.pipes = map[string]*shared{}
@@ -70,7 +73,7 @@ func Open(url string) (*Pipe, error) {
 }
 
 // Client is the shared client, for commands that need no batching.
-func (p *shared) Client() *redis.Client { return p.client }
+func (p *shared) Client() redis.UniversalClient { return p.client }
 
 // Do sends cmd (built with redis.New…Cmd and ctx) and returns once its
 // reply, or error, is in cmd. A command that finds nothing in flight goes

@@ -9,12 +9,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/storage/redistest"
 )
+
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 // Commands of different kinds, sent concurrently (so mostly in shared
 // pipelines), each get their own reply.
+// On a Cluster the keys spread over the three primaries, so each pipeline
+// is split by node.
 func TestConcurrentMixedCommands(t *testing.T) {
-	url, prefix := pgtest.RedisURL(t), pgtest.KeyPrefix(t)
+	for _, tp := range redistest.Topologies(pgtest.RedisURL) {
+		t.Run(tp.Name, func(t *testing.T) { testConcurrentMixedCommands(t, tp.URL(t)) })
+	}
+}
+
+func testConcurrentMixedCommands(t *testing.T, url string) {
+	prefix := pgtest.KeyPrefix(t)
 	ctx := context.Background()
 	p, err := Open(url)
 	if err != nil {
