@@ -15,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/comfygate/comfygate/internal/assets"
+	"github.com/comfygate/comfygate/internal/metrics"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -75,10 +79,17 @@ func TestRewriteCopiesURLAndBase64(t *testing.T) {
 	body := `{"id":"x","result":{"sample":"` + srv.URL + `/r.png","seed":12345678901234567890},` +
 		`"images":["data:image/webp;base64,` + base64.StdEncoding.EncodeToString([]byte("RIFF....WEBP")) + `","` +
 		base64.StdEncoding.EncodeToString(png) + `"]}`
+	okCount, bytesBefore := counterValue(metrics.RouterRehostCopies.WithLabelValues("base64", "ok")), counterValue(metrics.RouterRehostBytes)
 	out := c.Rewrite(context.Background(), rule(t, RuleSpec{URLs: []string{"result.sample"}, Base64: []string{"images[*]"}, Lifetime: "2h"}),
 		Target{Account: "ws1", RequestID: "req-1", ContentBase: "https://gw.test/api/v2/"}, []byte(body))
 	if out.Copied != 3 || out.Failed != 0 {
 		t.Fatalf("copied %d failed %d", out.Copied, out.Failed)
+	}
+	if n := counterValue(metrics.RouterRehostCopies.WithLabelValues("base64", "ok")) - okCount; n != 2 {
+		t.Errorf("%v base64 copies counted, want 2", n)
+	}
+	if n := counterValue(metrics.RouterRehostBytes) - bytesBefore; n != float64(2*len(png)+len("RIFF....WEBP")) {
+		t.Errorf("%v bytes counted", n)
 	}
 	var doc struct {
 		Result struct {
@@ -156,8 +167,17 @@ func TestRewriteFailuresKeepThePartnersValue(t *testing.T) {
 		{"error status", Config{AllowPrivate: true}, gone + "/r.png"},
 		{"not http", Config{AllowPrivate: true}, "file:///etc/passwd"},
 	}
+	reasons := map[string]string{"loopback refused": "refused_address", "localhost name refused": "refused_address",
+		"too large": "too_large", "timeout": "timeout", "error status": "bad_result", "not http": "bad_result"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			counter := metrics.RouterRehostCopies.WithLabelValues("url", reasons[tc.name])
+			before := counterValue(counter)
+			defer func() {
+				if got := counterValue(counter) - before; got != 1 {
+					t.Errorf("%s copies counted %v times", reasons[tc.name], got)
+				}
+			}()
 			k := newKeeper()
 			tc.cfg.Assets = k
 			c := New(tc.cfg)
@@ -207,4 +227,13 @@ func TestRefusedRanges(t *testing.T) {
 			t.Errorf("%s refused: %v", a, err)
 		}
 	}
+}
+
+// counterValue reads a counter.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }
