@@ -19,8 +19,10 @@ import (
 	"github.com/comfygate/comfygate/internal/router/rehost"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
+	"github.com/comfygate/comfygate/storage/blob/s3blob"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/postgres"
+	"github.com/comfygate/comfygate/storage/s3test"
 	"github.com/comfygate/comfygate/tests/gateway"
 	"github.com/comfygate/comfygate/tests/peers/partner"
 )
@@ -102,8 +104,26 @@ func assetID(t *testing.T, base, url string) string {
 // and a partner answering base64 (acceptance 1); a replay on the other
 // replica answers the same URLs and renews nothing, and the copies expire
 // at the configured lifetime (acceptance 3). Two gateways share one
-// Postgres database and one blob directory.
+// Postgres database and one blob store: a shared directory, or an S3
+// bucket that presigns (the content URL then redirects to a fresh
+// presigned URL).
 func TestRehostResults(t *testing.T) {
+	t.Run("file_system", func(t *testing.T) {
+		dir := t.TempDir()
+		testRehostResults(t, "blobs file_system "+dir, blob.NewFileSystem(dir))
+	})
+	t.Run("s3_presign", func(t *testing.T) {
+		bucket := s3test.Bucket(t)
+		st, err := s3blob.New(s3blob.Config{Endpoint: bucket.Endpoint, Bucket: bucket.Bucket, Region: bucket.Region,
+			AccessKey: bucket.AccessKey, SecretKey: bucket.SecretKey, PathStyle: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testRehostResults(t, bucket.Caddyfile("presign 10m"), st)
+	})
+}
+
+func testRehostResults(t *testing.T, blobsOption string, blobs blob.Store) {
 	const bflSize, lifetime = 4096, time.Hour
 	bfl := partner.NewBFL(t, partner.WithMediaExpiry(2*time.Second), partner.WithMediaSize(bflSize))
 	b64 := partner.NewSyncJSON(t, partner.WithBase64Media())
@@ -112,8 +132,8 @@ func TestRehostResults(t *testing.T) {
 			"poll_interval": "100ms", "rehost": map[string]any{"urls": []string{"result.sample"}, "lifetime": "1h"}},
 		map[string]any{"id": "openai/gpt-image-1", "adapter": "http", "upstream": b64.URL + "/v1/images/generations", "credential": partner.DefaultSecret},
 	)
-	dsn, blobDir := pgtest.DSN(t), t.TempDir()
-	global := fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\tblobs file_system %s", dsn, pgtest.RedisURL(t), blobDir)
+	dsn := pgtest.DSN(t)
+	global := fmt.Sprintf("storage postgres %q\n\t\tredis %q\n\t\t%s", dsn, pgtest.RedisURL(t), blobsOption)
 	options := []string{"rehost openai {\n\t\t\t\tbase64 images[*].b64_json\n\t\t\t\tlifetime 3s\n\t\t\t}",
 		"rehost_allow_private", "redis_prefix " + pgtest.KeyPrefix(t)}
 	g1 := rehostGateway(t, global, cat, options...)
@@ -204,7 +224,7 @@ func TestRehostResults(t *testing.T) {
 	}
 	defer st.Close()
 	// The gateways sweep every minute; run the same sweep now.
-	svc := &assets.Service{Store: st, Blobs: blob.NewFileSystem(blobDir)}
+	svc := &assets.Service{Store: st, Blobs: blobs}
 	if _, err := svc.SweepExpired(context.Background(), 100); err != nil {
 		t.Fatal(err)
 	}
