@@ -316,3 +316,37 @@ func TestRehostFailuresKeepPartnerURL(t *testing.T) {
 		t.Fatalf("%d connections reached the refused loopback address", n)
 	}
 }
+
+// TestRehostCollectedAfterDeadline: a generation that outlived the
+// deadline is copied when it is collected, so the same-key retry that
+// collects it answers the gateway's URL.
+func TestRehostCollectedAfterDeadline(t *testing.T) {
+	const size = 2000
+	bfl := partner.NewBFL(t, partner.WithLatency(1500*time.Millisecond), partner.WithMediaSize(size))
+	cat := writeCatalog(t, map[string]any{"id": "bfl/slow", "adapter": "bfl", "upstream": bfl.URL + "/v1/flux-pro",
+		"credential": partner.DefaultSecret, "deadline": "1s", "poll_interval": "100ms",
+		"rehost": map[string]any{"urls": []string{"result.sample"}}})
+	g := rehostGateway(t, "storage embedded ./data", cat, "rehost_allow_private")
+	tok := token(t, claims{ws: "ws-collect"})
+	key := map[string]string{"Idempotency-Key": "collect-rehost"}
+	first := call(t, http.MethodPost, g.URL+"/v1/models/bfl/slow", tok, []byte(`{"prompt":"x"}`), key)
+	wantBucket(t, "first", first, http.StatusGatewayTimeout, "deadline_exceeded")
+	var last response
+	for range 10 {
+		if last = call(t, http.MethodPost, g.URL+"/v1/models/bfl/slow", tok, []byte(`{"prompt":"x"}`), key); last.Status != 504 {
+			break
+		}
+	}
+	var ans struct {
+		ID     string
+		Result struct{ Sample string }
+	}
+	if err := jsonUnmarshal(last.Body, &ans); err != nil || last.Status != http.StatusOK {
+		t.Fatalf("collect: %d %s", last.Status, last.Body)
+	}
+	id := assetID(t, g.URL, ans.Result.Sample)
+	if r := getBytes(t, g.URL+"/api/v2/assets/"+id+"/content", tok); r.Status != http.StatusOK ||
+		!bytes.Equal(r.Body, partner.MediaBytes(ans.ID, size)) {
+		t.Fatalf("content: %d, %d bytes", r.Status, len(r.Body))
+	}
+}
