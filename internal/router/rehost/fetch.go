@@ -76,10 +76,16 @@ func dialControl(_, address string, _ syscall.RawConn) error {
 // redirects limited to http(s) and maxRedirects (each one dials again, so
 // is checked again).
 func newHTTPClient(allowPrivate bool, timeout time.Duration) *http.Client {
-	d := &net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}
-	if !allowPrivate {
-		d.Control = dialControl
+	control := dialControl
+	if allowPrivate {
+		control = nil
 	}
+	return newClientWith(control, timeout)
+}
+
+// newClientWith is newHTTPClient with the dial check control (nil: none).
+func newClientWith(control func(network, address string, c syscall.RawConn) error, timeout time.Duration) *http.Client {
+	d := &net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second, Control: control}
 	tr := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           d.DialContext,

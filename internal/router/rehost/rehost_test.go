@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,4 +237,37 @@ func counterValue(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestRedirectIsCheckedAgain: a redirect from an admitted address to a
+// refused one is refused when its connection is dialled (here the check
+// refuses only the second listener's port, standing in for a private
+// address behind a public one).
+func TestRedirectIsCheckedAgain(t *testing.T) {
+	inner, innerConns := countingListener(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(png) }))
+	outer, outerConns := countingListener(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, inner+"/r.png", http.StatusFound)
+	}))
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(inner, "http://"))
+	c := New(Config{Assets: newKeeper()})
+	c.client = newClientWith(func(_, address string, _ syscall.RawConn) error {
+		if _, p, _ := net.SplitHostPort(address); p == port {
+			return ErrRefusedAddress
+		}
+		return nil
+	}, time.Second)
+	out := c.Rewrite(context.Background(), rule(t, RuleSpec{URLs: []string{"u"}}),
+		Target{Account: "ws1", RequestID: "r", ContentBase: "https://gw.test/api/v2"}, []byte(`{"u":"`+outer+`/r.png"}`))
+	if out.Failed != 1 || outerConns.Load() != 1 || innerConns.Load() != 0 {
+		t.Fatalf("failed %d, connections outer %d inner %d", out.Failed, outerConns.Load(), innerConns.Load())
+	}
+	// A redirect to another scheme is not followed.
+	ftp, _ := countingListener(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "ftp://example.com/r.png", http.StatusFound)
+	}))
+	c = New(Config{Assets: newKeeper(), AllowPrivate: true})
+	if out := c.Rewrite(context.Background(), rule(t, RuleSpec{URLs: []string{"u"}}),
+		Target{Account: "ws1", RequestID: "r", ContentBase: "https://gw.test/api/v2"}, []byte(`{"u":"`+ftp+`/r.png"}`)); out.Failed != 1 {
+		t.Fatalf("ftp redirect: failed %d", out.Failed)
+	}
 }
