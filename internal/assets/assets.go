@@ -335,3 +335,54 @@ func contentTypeOf(filePath string) string {
 	}
 	return "application/octet-stream"
 }
+
+// Stored is an asset the gateway creates itself from bytes it fetched or
+// decoded (a rehosted router result): no upload request, no job.
+type Stored struct {
+	ContentType string
+	FilePath    string
+	Tags        []string
+	// ExpiresAt is the asset's end of retention; nil = the default retention.
+	ExpiresAt *time.Time
+}
+
+// Keep reads r into the blob store (blake3, dedup against the bytes any
+// account already holds) and creates an asset of account over them. Nothing
+// is left behind on failure: the staged bytes are discarded unless the
+// record commits over them. A read error of r is returned as is (wrapped),
+// so that the caller can tell a source that broke off from the store.
+func (s *Service) Keep(ctx context.Context, account string, r io.Reader, in Stored) (storage.Asset, error) {
+	up, err := s.Blobs.NewUpload(ctx, "")
+	if err != nil {
+		return storage.Asset{}, err
+	}
+	defer up.Abort()
+	if _, err := up.ReadFrom(r); err != nil {
+		return storage.Asset{}, err
+	}
+	hash, size, err := up.Finish()
+	if err != nil {
+		return storage.Asset{}, err
+	}
+	expires := in.ExpiresAt
+	if expires == nil {
+		if expires, err = s.expiry(0); err != nil {
+			return storage.Asset{}, err
+		}
+	}
+	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
+		ID:           storage.NewID(),
+		AccountID:    account,
+		Hash:         hash,
+		SizeBytes:    size,
+		ContentType:  in.ContentType,
+		FilePath:     in.FilePath,
+		Tags:         in.Tags,
+		DeploymentID: s.Deployment,
+		ExpiresAt:    expires,
+	}, up)
+	if err != nil {
+		return storage.Asset{}, err
+	}
+	return created.Asset, nil
+}

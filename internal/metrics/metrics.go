@@ -76,6 +76,12 @@ var (
 		Help: "Spend reserved at the admission of router calls, in cents."})
 	RouterSpendSettled = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_spend_settled_cents_total",
 		Help: "Spend settled (charged) when router calls finished, in cents."})
+	RouterRehostCopies = counterVec("router_rehost_copies_total",
+		"Router results copied into the gateway's storage, by kind (url, base64) and outcome (ok, refused_address, too_large, timeout, bad_result, error).", "kind", "outcome")
+	RouterRehostBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "router_rehost_bytes_total",
+		Help: "Bytes of router results copied into the gateway's storage."})
+	RouterRehostDuration = histogramVec("router_rehost_duration_seconds",
+		"Time to copy one router result (fetch or decode, and store), by kind.", requestBuckets, "kind")
 )
 
 // Errors.
@@ -88,6 +94,7 @@ var processCollectors = []prometheus.Collector{
 	Uploads, UploadBytes, UploadDuration, UploadRefusals,
 	StreamsOpen, IdempotencyKeyReuses,
 	RouterCalls, RouterCallDuration, RouterLimitRefusals, RouterReplays, RouterSpendReserved, RouterSpendSettled,
+	RouterRehostCopies, RouterRehostBytes, RouterRehostDuration,
 	ErrorResponses,
 }
 

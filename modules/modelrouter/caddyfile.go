@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 
+	"github.com/comfygate/comfygate/internal/router/rehost"
 	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
@@ -32,6 +33,15 @@ func init() {
 //		collect_window <duration>
 //		takeover_after <duration>
 //		max_body_size <size>
+//		rehost <provider> {             # repeatable, one per provider
+//			urls <path>...              # members holding result URLs
+//			base64 <path>...            # members holding base64 payloads
+//			lifetime <duration>         # retention of the copies (default 24h)
+//		}
+//		rehost_max_size <size>          # one result (default 64MiB)
+//		rehost_timeout <duration>       # one result's copy (default 1m)
+//		rehost_base <url>               # asset API base of the content URLs
+//		rehost_allow_private            # fetch loopback/private addresses (tests)
 //		allow_insecure_upstreams        # tests only
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -45,14 +55,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
 		switch opt {
-		case "allow_insecure_upstreams", "require_credits":
+		case "allow_insecure_upstreams", "require_credits", "rehost_allow_private":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			if opt == "require_credits" {
+			switch opt {
+			case "require_credits":
 				h.RequireCredits = true
-			} else {
+			case "rehost_allow_private":
+				h.RehostAllowPrivate = true
+			default:
 				h.AllowInsecureUpstreams = true
+			}
+		case "rehost":
+			if err := h.unmarshalRehost(d); err != nil {
+				return err
 			}
 		case "rate":
 			var args [3]string
@@ -107,6 +124,14 @@ func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
 		err = comfygate.ParseDuration(v, &h.CollectWindow)
 	case "takeover_after":
 		err = comfygate.ParseDuration(v, &h.TakeoverAfter)
+	case "rehost_base":
+		h.RehostBase = v
+	case "rehost_timeout":
+		err = comfygate.ParseDuration(v, &h.RehostTimeout)
+	case "rehost_max_size":
+		var n uint64
+		n, err = humanize.ParseBytes(v)
+		h.RehostMaxBytes = int64(n)
 	case "max_body_size":
 		var n uint64
 		n, err = humanize.ParseBytes(v)
@@ -117,6 +142,46 @@ func (h *Handler) setOption(d *caddyfile.Dispenser, opt, v string) error {
 	if err != nil {
 		return d.Errf("%s: %v", opt, err)
 	}
+	return nil
+}
+
+// unmarshalRehost reads one `rehost <provider> { … }` block.
+func (h *Handler) unmarshalRehost(d *caddyfile.Dispenser) error {
+	var provider string
+	if !d.Args(&provider) {
+		return d.Err("rehost needs a provider (the first segment of model ids)")
+	}
+	if _, dup := h.Rehost[provider]; dup {
+		return d.Errf("rehost %s is configured twice", provider)
+	}
+	var spec rehost.RuleSpec
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch sub := d.Val(); sub {
+		case "urls", "base64":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			if sub == "urls" {
+				spec.URLs = append(spec.URLs, args...)
+			} else {
+				spec.Base64 = append(spec.Base64, args...)
+			}
+		case "lifetime":
+			if !d.AllArgs(&spec.Lifetime) {
+				return d.ArgErr()
+			}
+		default:
+			return d.Errf("unknown rehost option %q", sub)
+		}
+	}
+	if _, err := spec.Compile(); err != nil {
+		return d.Errf("rehost %s: %v", provider, err)
+	}
+	if h.Rehost == nil {
+		h.Rehost = map[string]rehost.RuleSpec{}
+	}
+	h.Rehost[provider] = spec
 	return nil
 }
 

@@ -3,10 +3,12 @@ package modelrouter
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/comfygate/comfygate/internal/assets"
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
@@ -132,4 +134,15 @@ func (s appRouterStore) ClaimStaleRouterCall(ctx context.Context, id string, sta
 		return false, err
 	}
 	return rs.ClaimStaleRouterCall(ctx, id, staleFor)
+}
+
+// appAssets stores copied router results through the app's assets service,
+// reached lazily like appRouterStore.
+type appAssets struct{ app *comfygate.App }
+
+func (a appAssets) Keep(ctx context.Context, account string, r io.Reader, in assets.Stored) (storage.Asset, error) {
+	if err := a.app.Ready(); err != nil {
+		return storage.Asset{}, err
+	}
+	return a.app.Assets().Keep(ctx, account, r, in)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/internal/router/provider"
+	"github.com/comfygate/comfygate/internal/router/rehost"
 	"github.com/comfygate/comfygate/modules/comfyauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
 )
@@ -74,6 +75,22 @@ type Handler struct {
 	TakeoverAfter caddy.Duration `json:"takeover_after,omitempty"`
 	// MaxBodyBytes bounds a call body (default 10 MiB).
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// Rehost is, per provider (the first segment of a model id), which
+	// members of a successful answer hold result URLs and base64 payloads
+	// to copy into the gateway's storage as assets of the caller's account,
+	// and how long the copies live. A catalog entry's own "rehost" wins.
+	Rehost map[string]rehost.RuleSpec `json:"rehost,omitempty"`
+	// RehostMaxBytes bounds one copied result (default 64 MiB).
+	RehostMaxBytes int64 `json:"rehost_max_bytes,omitempty"`
+	// RehostTimeout bounds the copy of one result (default 1m).
+	RehostTimeout caddy.Duration `json:"rehost_timeout,omitempty"`
+	// RehostAllowPrivate lets result URLs reach loopback, private and
+	// link-local addresses (refused by default, at dial time).
+	RehostAllowPrivate bool `json:"rehost_allow_private,omitempty"`
+	// RehostBase is the base URL the asset API is served under, for the
+	// content URLs of copies (for example https://api.example.com/api/v2;
+	// accepts {env.X}). Empty: the call's own origin + /api/v2.
+	RehostBase string `json:"rehost_base,omitempty"`
 
 	cat      *catalog.Catalog
 	app      *comfygate.App
@@ -83,6 +100,8 @@ type Handler struct {
 	logger   *zap.Logger
 	baseURL  *url.URL
 	limitSet limits.Limits
+	// rehostBase is RehostBase resolved, "" for the call's origin.
+	rehostBase string
 }
 
 // RateWindow is a windowed allowance: at most Max calls per Period.
@@ -127,7 +146,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		key = processCursorKey
 	}
 	resolve := func(s string) string { return repl.ReplaceKnown(s, "") }
-	cat, err := catalog.LoadFile(path, resolve, catalog.Options{CursorKey: key, AllowHTTPUpstream: h.AllowInsecureUpstreams})
+	rules := map[string]*rehost.Rule{}
+	for provider, spec := range h.Rehost {
+		r, err := spec.Compile()
+		if err != nil {
+			return fmt.Errorf("model_router: rehost %s: %w", provider, err)
+		}
+		rules[provider] = r
+	}
+	cat, err := catalog.LoadFile(path, resolve, catalog.Options{CursorKey: key, AllowHTTPUpstream: h.AllowInsecureUpstreams,
+		Rehost: rules})
 	if err != nil {
 		return fmt.Errorf("model_router: %w", err)
 	}
@@ -167,10 +195,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.RequireCredits {
 		credits = appCredits{h.app}
 	}
+	if h.RehostBase != "" {
+		h.rehostBase = strings.TrimRight(repl.ReplaceKnown(h.RehostBase, ""), "/")
+		if u, err := url.Parse(h.rehostBase); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("model_router: rehost_base %q must be an absolute http(s) URL", h.RehostBase)
+		}
+	}
+	var copier *rehost.Copier
+	if hasRehost(cat) {
+		copier = rehost.New(rehost.Config{Assets: appAssets{h.app}, MaxBytes: h.RehostMaxBytes,
+			Timeout: time.Duration(h.RehostTimeout), AllowPrivate: h.RehostAllowPrivate, Logger: h.logger})
+	}
 	h.service = calls.New(calls.Config{
 		Limiter: h.limiter, Limits: h.limitSet, Credits: credits, Store: appRouterStore{h.app},
 		Adapters: provider.Adapters(client), CollectWindow: time.Duration(h.CollectWindow),
-		TakeoverAfter: time.Duration(h.TakeoverAfter), Logger: h.logger,
+		TakeoverAfter: time.Duration(h.TakeoverAfter), Logger: h.logger, Rehost: copier,
 	})
 	h.logger.Debug("model router provisioned", zap.Int("models", cat.Len()), zap.String("catalog_version", cat.Version()))
 	return nil
@@ -187,8 +226,21 @@ func headerTimeout(cat *catalog.Catalog) time.Duration {
 	return d
 }
 
+// hasRehost reports whether any model copies its results.
+func hasRehost(cat *catalog.Catalog) bool {
+	for _, m := range cat.Models() {
+		if m.Rehost != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Validate checks the limits.
 func (h *Handler) Validate() error {
+	if h.RehostMaxBytes < 0 || h.RehostTimeout < 0 {
+		return errors.New("model_router: rehost_max_size and rehost_timeout must not be negative")
+	}
 	if h.MaxInFlight < 0 || h.SpendCeilingCents < 0 {
 		return errors.New("model_router: limits must not be negative")
 	}

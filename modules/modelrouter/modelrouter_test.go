@@ -1,11 +1,14 @@
 package modelrouter
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/comfygate/comfygate/internal/router/rehost"
 )
 
 func TestEtagMatches(t *testing.T) {
@@ -82,6 +85,46 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	for _, bad := range []string{
 		"model_router { bogus 1 }", "model_router { rate minute 1m }", "model_router { max_in_flight x }",
 		"model_router a b", "model_router { lease_ttl soon }",
+	} {
+		var h Handler
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+			t.Errorf("%q parsed without error", bad)
+		}
+	}
+}
+
+func TestUnmarshalCaddyfileRehost(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`model_router /etc/catalog.json {
+		rehost bfl {
+			urls result.sample
+			lifetime 12h
+		}
+		rehost openai {
+			urls data[*].url
+			base64 data[*].b64_json images[*]
+		}
+		rehost_max_size 8MiB
+		rehost_timeout 20s
+		rehost_base https://api.example.com/api/v2
+		rehost_allow_private
+	}`)
+	var h Handler
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]rehost.RuleSpec{
+		"bfl":    {URLs: []string{"result.sample"}, Lifetime: "12h"},
+		"openai": {URLs: []string{"data[*].url"}, Base64: []string{"data[*].b64_json", "images[*]"}},
+	}
+	if !reflect.DeepEqual(h.Rehost, want) || h.RehostMaxBytes != 8<<20 || time.Duration(h.RehostTimeout) != 20*time.Second ||
+		h.RehostBase != "https://api.example.com/api/v2" || !h.RehostAllowPrivate {
+		t.Errorf("parsed %+v", h)
+	}
+	for _, bad := range []string{
+		"model_router { rehost }", "model_router { rehost bfl { } }", "model_router {\n rehost bfl {\n urls\n }\n }",
+		"model_router { rehost bfl { urls a..b } }", "model_router { rehost bfl { urls a\n lifetime soon } }",
+		"model_router { rehost bfl { url a } }", "model_router { rehost bfl { urls a }\n rehost bfl { urls b } }",
+		"model_router { rehost_max_size lots }", "model_router { rehost_allow_private yes }",
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/metrics"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/calls"
@@ -290,7 +291,7 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) (
 	}
 	req := calls.Request{
 		RequestID: requestID(w, r), Workspace: p.WorkspaceID, Model: m, Body: body, Header: r.Header,
-		IdempotencyKey: key,
+		IdempotencyKey: key, ContentBase: h.contentBase(r),
 	}
 	if hasKey {
 		req.Fingerprint = fingerprint(r, body)
@@ -345,4 +346,13 @@ func fingerprint(r *http.Request, body []byte) string {
 	h.Write([]byte{0})
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// contentBase is the base URL of the asset API for copied results:
+// rehost_base, else the call's own origin + /api/v2.
+func (h *Handler) contentBase(r *http.Request) string {
+	if h.rehostBase != "" {
+		return h.rehostBase
+	}
+	return httpx.Origin(r) + "/api/v2"
 }

@@ -75,6 +75,9 @@ type Config struct {
 	// 0 = DefaultTakeoverAfter.
 	TakeoverAfter time.Duration
 	Logger        *zap.Logger
+	// Rehost, when set, copies the results of the answers of models with a
+	// rehost rule (catalog.Model.Rehost); nil leaves answers as they are.
+	Rehost Rehoster
 }
 
 // Service runs calls. It is safe for concurrent use.
@@ -177,6 +180,9 @@ type Request struct {
 	// digest of method, path and body) bind the key to this request.
 	IdempotencyKey string
 	Fingerprint    string
+	// ContentBase is the base URL of the asset API the content URLs of
+	// rehosted results are built on (rehost.Target.ContentBase).
+	ContentBase string
 }
 
 // Response is what the router answers for a call that reached the partner

@@ -112,6 +112,7 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	// call never finds this one still holding its slot or its cents.
 	stopKeep()
 	s.settleOrdered(lease, charged)
+	failed := s.rehost(ctx, req, out)
 	bucket, status := out.Bucket, out.Status
 	if ctx.Err() != nil {
 		bucket, status = BucketClientDisconnected, 499
@@ -120,7 +121,9 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	if ctx.Err() != nil {
 		return nil, ClientClosed().WithCause(ctx.Err())
 	}
-	return &Response{Status: out.Status, ContentType: out.ContentType, Body: out.Body, Bucket: out.Bucket}, nil
+	resp := &Response{Status: out.Status, ContentType: out.ContentType, Body: out.Body, Bucket: out.Bucket}
+	setRehostFailed(resp, failed)
+	return resp, nil
 }
 
 // keepFresh touches the record every TakeoverAfter/3 on its own ticker
@@ -231,7 +234,7 @@ func (s *Service) followKeyed(ctx context.Context, req Request, rec storage.Rout
 		s.settle(ctx, lease, 0)
 		s.record(ctx, rec, true, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
 	default:
-		s.finish(ctx, rec, true, lease, m.PriceCents, out)
+		s.finish(ctx, req, rec, true, lease, out)
 	}
 }
 
@@ -255,16 +258,20 @@ func (s *Service) followKeyless(ctx context.Context, req Request, rec storage.Ro
 		s.record(ctx, rec, false, storage.RouterConsumed, BucketDeadline, http.StatusGatewayTimeout, nil, 0)
 		return
 	}
-	s.finish(ctx, rec, false, lease, m.PriceCents, out)
+	s.finish(ctx, req, rec, false, lease, out)
 }
 
 // finish settles and records a followed generation's final outcome.
-func (s *Service) finish(ctx context.Context, rec storage.RouterCall, keyed bool, lease *limits.Lease, price int64, out *provider.Outcome) {
+func (s *Service) finish(ctx context.Context, req Request, rec storage.RouterCall, keyed bool, lease *limits.Lease, out *provider.Outcome) {
 	charged := int64(0)
 	if out.Billable {
-		charged = price
+		charged = req.Model.PriceCents
 	}
 	s.settle(ctx, lease, charged)
+	if keyed {
+		// Only a keyed answer is read again (a same-key retry collects it).
+		s.rehost(ctx, req, out)
+	}
 	s.record(ctx, rec, keyed, storage.RouterAnswered, BucketDeadline, http.StatusGatewayTimeout, out, charged)
 }
 

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/comfygate/comfygate/internal/router/rehost"
 	"github.com/comfygate/comfygate/internal/router/schema"
 )
 
@@ -92,6 +93,9 @@ type Model struct {
 	PollInterval time.Duration
 	// Entitlement is the group a caller needs to see the model; "" = everyone.
 	Entitlement string
+	// Rehost, when set, says which members of a successful answer hold
+	// results to copy into the gateway's storage (see package rehost).
+	Rehost *rehost.Rule
 }
 
 // CredentialValue is the header value carrying the partner credential.
@@ -222,6 +226,9 @@ func prepare(m *Model, opts Options) error {
 		m.CredentialHeader, m.CredentialPrefix = defaultCredentialHeader(m.Adapter)
 	}
 	m.Billing.ChargesOnPolicyRejection = normalizeCharges(m.Billing.ChargesOnPolicyRejection)
+	if m.Rehost == nil {
+		m.Rehost = opts.Rehost[m.Provider]
+	}
 	m.ETag, m.Validator = "", nil
 	if m.SchemaBytes != nil {
 		v, err := schema.Compile(m.SchemaBytes)
@@ -243,11 +250,12 @@ func computeVersion(models []*Model) string {
 		ID, Adapter, Upstream, CredHeader, CredPrefix, ETag, Charges, Entitlement string
 		Price                                                                     int64
 		Deadline, Poll                                                            time.Duration
+		Rehost                                                                    string `json:",omitempty"`
 	}
 	list := make([]canon, len(models))
 	for i, m := range models {
 		list[i] = canon{m.ID, string(m.Adapter), m.Upstream, m.CredentialHeader, m.CredentialPrefix,
-			m.ETag, m.Billing.ChargesOnPolicyRejection, m.Entitlement, m.PriceCents, m.Deadline, m.PollInterval}
+			m.ETag, m.Billing.ChargesOnPolicyRejection, m.Entitlement, m.PriceCents, m.Deadline, m.PollInterval, m.Rehost.String()}
 	}
 	b, _ := json.Marshal(list) // plain strings and ints: cannot fail
 	sum := sha256.Sum256(b)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/comfygate/comfygate/internal/router/rehost"
 )
 
 // File format
@@ -30,7 +32,8 @@ import (
 //	      "price_cents": 4,
 //	      "deadline": "10m",
 //	      "poll_interval": "1s",
-//	      "entitlement": "beta"                    // empty: visible to everyone
+//	      "entitlement": "beta",                   // empty: visible to everyone
+//	      "rehost": {"urls": ["result.sample"], "base64": ["images[*]"], "lifetime": "24h"}
 //	    }
 //	  ]
 //	}
@@ -61,6 +64,10 @@ import (
 //     returned as Retry-After on a 504 with a held handle.
 //   - entitlement: optional group name; callers see and call the model only
 //     when their entitlements contain it.
+//   - rehost: optional; members of a successful answer that hold result URLs
+//     (urls) or base64 payloads (base64), as paths of package rehost, and the
+//     lifetime of the copies (Go duration > 0, default 24h). It replaces the
+//     model_router's per-provider rehost rule for this model.
 
 // DefaultDeadline is the router's own bound when an entry sets none.
 const DefaultDeadline = 10 * time.Minute
@@ -73,17 +80,18 @@ type fileCatalog struct {
 }
 
 type fileModel struct {
-	ID               string          `json:"id"`
-	Adapter          string          `json:"adapter"`
-	Upstream         string          `json:"upstream"`
-	Credential       string          `json:"credential"`
-	CredentialHeader *fileHeader     `json:"credential_header"`
-	InputSchema      json.RawMessage `json:"input_schema"`
-	Billing          fileBilling     `json:"billing"`
-	PriceCents       *int64          `json:"price_cents"`
-	Deadline         string          `json:"deadline"`
-	PollInterval     string          `json:"poll_interval"`
-	Entitlement      string          `json:"entitlement"`
+	ID               string           `json:"id"`
+	Adapter          string           `json:"adapter"`
+	Upstream         string           `json:"upstream"`
+	Credential       string           `json:"credential"`
+	CredentialHeader *fileHeader      `json:"credential_header"`
+	InputSchema      json.RawMessage  `json:"input_schema"`
+	Billing          fileBilling      `json:"billing"`
+	PriceCents       *int64           `json:"price_cents"`
+	Deadline         string           `json:"deadline"`
+	PollInterval     string           `json:"poll_interval"`
+	Entitlement      string           `json:"entitlement"`
+	Rehost           *rehost.RuleSpec `json:"rehost"`
 }
 
 type fileHeader struct {
@@ -108,6 +116,9 @@ type Options struct {
 	CursorKey []byte
 	// AllowHTTPUpstream admits plain-http upstreams (local test peers).
 	AllowHTTPUpstream bool
+	// Rehost is the rehost rule of each provider (the first id segment),
+	// for the models whose entry has none of its own.
+	Rehost map[string]*rehost.Rule
 }
 
 // LoadFile reads the catalog at path and loads it with Options.Dir set to the
@@ -188,6 +199,11 @@ func (fm fileModel) toModel(resolve func(string) string, dir string,
 	}
 	if m.PollInterval, err = duration(fm.PollInterval, DefaultPollInterval, "poll_interval"); err != nil {
 		return m, err
+	}
+	if fm.Rehost != nil {
+		if m.Rehost, err = fm.Rehost.Compile(); err != nil {
+			return m, err
+		}
 	}
 	raw := bytes.TrimSpace(fm.InputSchema)
 	switch {

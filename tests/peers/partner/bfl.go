@@ -85,7 +85,7 @@ func (p *Peer) bflPoll(w http.ResponseWriter, id string) {
 	default:
 		res := map[string]any{"prompt": in.prompt, "seed": in.seed, "duration": 0.01}
 		if !cfg.empty {
-			res["sample"] = p.mediaURL(id)
+			res["sample"] = p.mediaURL(id, cfg)
 		}
 		out["status"] = "Ready"
 		out["result"] = res

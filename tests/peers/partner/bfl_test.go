@@ -41,7 +41,7 @@ func TestBFLRoundTrip(t *testing.T) {
 	p.CompleteAll()
 	m := bflPoll(t, p, polling)
 	res, _ := m["result"].(map[string]any)
-	if m["status"] != "Ready" || res["prompt"] != "a red fox" || res["sample"] != p.mediaURL(id) {
+	if m["status"] != "Ready" || res["prompt"] != "a red fox" || res["sample"] != p.mediaURL(id, config{}) {
 		t.Fatalf("ready %v", m)
 	}
 	if p.InFlight() != 0 || p.MaxInFlight() != 1 || p.Submissions() != 1 {

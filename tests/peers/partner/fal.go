@@ -148,7 +148,7 @@ func (p *Peer) falResult(w http.ResponseWriter, app, id string) {
 		writeTruncated(w)
 	default:
 		w.Header().Set("X-Fal-Request-Id", id)
-		writeJSON(w, http.StatusOK, p.imageOutput(id, in, cfg.empty))
+		writeJSON(w, http.StatusOK, p.imageOutput(id, in, cfg))
 	}
 }
 

@@ -47,6 +47,11 @@ type config struct {
 	resultStatus  int
 	garbage       bool
 	empty         bool
+
+	mediaExpiry time.Duration
+	mediaSize   int
+	mediaURL    string
+	base64      bool
 }
 
 // WithLatency sets how long the work takes. For sync peers it delays the
@@ -80,6 +85,22 @@ func WithOutputRefusal() Option { return func(c *config) { c.outputRefusal = tru
 // audio bytes, or a BFL Ready without result.sample. This mimics silent
 // refusals.
 func WithEmptyMedia() Option { return func(c *config) { c.empty = true } }
+
+// WithMediaExpiry makes the media URLs in answers expire d after they are
+// minted (403, as an expired signed delivery URL), like BFL's.
+func WithMediaExpiry(d time.Duration) Option { return func(c *config) { c.mediaExpiry = d } }
+
+// WithMediaSize makes the media n bytes long (a PNG followed by filler
+// derived from the job id; see MediaBytes).
+func WithMediaSize(n int) Option { return func(c *config) { c.mediaSize = n } }
+
+// WithMediaURL makes answers point at u instead of the peer's own media:
+// an address the router must not fetch, one that is too large or too slow.
+func WithMediaURL(u string) Option { return func(c *config) { c.mediaURL = u } }
+
+// WithBase64Media makes the JSON and fal peers answer their images as
+// base64 payloads (OpenAI Images' "b64_json") instead of URLs.
+func WithBase64Media() Option { return func(c *config) { c.base64 = true } }
 
 // WithStatus makes every API request, after auth, answer with code and the
 // partner's error body for that status. No submission is counted. Use 0 to

@@ -60,7 +60,7 @@ func (p *Peer) serveSync(w http.ResponseWriter, r *http.Request, body []byte, cf
 		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 		_, _ = w.Write(out)
 	default:
-		writeJSON(w, http.StatusOK, p.imageOutput(newID(), in, cfg.empty))
+		writeJSON(w, http.StatusOK, p.imageOutput(newID(), in, cfg))
 	}
 }
 

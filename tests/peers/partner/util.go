@@ -2,10 +2,16 @@ package partner
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"path"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // mediaPrefix is where a peer serves the media its outputs point at.
@@ -22,17 +28,57 @@ var pngPixel = []byte{
 }
 
 // serveMedia answers a media URL without auth, as partners' signed CDN URLs
-// do.
+// do. A URL minted under WithMediaExpiry carries its expiry (exp, Unix
+// milliseconds) and answers 403 after it, as an expired signed URL does; one
+// minted under WithMediaSize carries the size (size) of its bytes.
 func serveMedia(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasSuffix(r.URL.Path, ".png") {
 		http.NotFound(w, r)
 		return
 	}
+	q := r.URL.Query()
+	if exp, err := strconv.ParseInt(q.Get("exp"), 10, 64); err == nil && time.Now().UnixMilli() >= exp {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte("<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>"))
+		return
+	}
+	size, _ := strconv.Atoi(q.Get("size"))
 	w.Header().Set("Content-Type", "image/png")
-	_, _ = w.Write(pngPixel)
+	_, _ = w.Write(MediaBytes(strings.TrimSuffix(path.Base(r.URL.Path), ".png"), size))
 }
 
-func (p *Peer) mediaURL(id string) string { return p.URL + mediaPrefix + id + ".png" }
+// MediaBytes are the bytes a media URL of the job id serves: a valid PNG,
+// followed (when size is larger than it) by filler derived from id up to
+// size bytes, so that each job's media differ.
+func MediaBytes(id string, size int) []byte {
+	b := append([]byte(nil), pngPixel...)
+	for i := 0; len(b) < size; i++ {
+		sum := sha256.Sum256([]byte(id + "/" + strconv.Itoa(i)))
+		b = append(b, sum[:min(len(sum), size-len(b))]...)
+	}
+	return b
+}
+
+// mediaURL is the URL of the job id's media under cfg (WithMediaURL,
+// WithMediaExpiry, WithMediaSize).
+func (p *Peer) mediaURL(id string, cfg config) string {
+	if cfg.mediaURL != "" {
+		return cfg.mediaURL
+	}
+	u := p.URL + mediaPrefix + id + ".png"
+	q := url.Values{}
+	if cfg.mediaExpiry > 0 {
+		q.Set("exp", strconv.FormatInt(time.Now().Add(cfg.mediaExpiry).UnixMilli(), 10))
+	}
+	if cfg.mediaSize > 0 {
+		q.Set("size", strconv.Itoa(cfg.mediaSize))
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
@@ -98,12 +144,17 @@ func refusalDetail(in input) []Detail {
 }
 
 // imageOutput is the native image output the JSON and fal peers return.
-func (p *Peer) imageOutput(id string, in input, empty bool) map[string]any {
+func (p *Peer) imageOutput(id string, in input, cfg config) map[string]any {
 	images := []any{}
-	if !empty {
-		images = append(images, map[string]any{
-			"url": p.mediaURL(id), "content_type": "image/png", "width": 1024, "height": 1024,
-		})
+	if !cfg.empty {
+		img := map[string]any{"content_type": "image/png", "width": 1024, "height": 1024}
+		if cfg.base64 {
+			// OpenAI Images' b64_json in place of the URL.
+			img["b64_json"] = base64.StdEncoding.EncodeToString(MediaBytes(id, cfg.mediaSize))
+		} else {
+			img["url"] = p.mediaURL(id, cfg)
+		}
+		images = append(images, img)
 	}
 	return map[string]any{
 		"images":            images,
