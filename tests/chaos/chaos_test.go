@@ -43,6 +43,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// sideBySide lets a short form run beside another (go test's -parallel,
+// GOMAXPROCS at a time): each stack has its own database, Redis database,
+// bucket, proxies and peers. The long forms run one at a time, as their
+// recovery times go into RELIABILITY.md.
+func sideBySide(t *testing.T) {
+	if !Long() {
+		t.Parallel()
+	}
+}
+
 // pick is the short form's value, or the long one with LongEnv.
 func pick(short, long time.Duration) time.Duration {
 	if Long() {
@@ -84,36 +94,42 @@ func scenario(name, fault string, holdFor time.Duration, inject func(ctx context
 }
 
 func TestPostgresStall(t *testing.T) {
+	sideBySide(t)
 	d := pick(5*time.Second, 10*time.Second)
 	Run(t, scenario("postgres stall", fmt.Sprintf("Postgres answers nothing for %s (latency toxic %s)", d, d), d,
 		holding(PG, func(p *Proxy) error { return p.Latency(int(d.Milliseconds()), 0) })), StackOptions{})
 }
 
 func TestPostgresReset(t *testing.T) {
+	sideBySide(t)
 	d := pick(4*time.Second, 10*time.Second)
 	Run(t, scenario("postgres reset", fmt.Sprintf("every Postgres connection reset (RST) on use for %s", d), d,
 		holding(PG, func(p *Proxy) error { return p.Reset() })), StackOptions{})
 }
 
 func TestPostgresDown(t *testing.T) {
+	sideBySide(t)
 	d := pick(6*time.Second, 30*time.Second)
 	Run(t, scenario("postgres down", fmt.Sprintf("Postgres refuses connections for %s (open ones closed)", d), d,
 		holding(PG, func(p *Proxy) error { p.Down(); return nil })), StackOptions{})
 }
 
 func TestRedisLatency(t *testing.T) {
+	sideBySide(t)
 	d := pick(5*time.Second, 30*time.Second)
 	Run(t, scenario("redis latency", fmt.Sprintf("Redis answers 200 ms (±50 ms) late both ways for %s", d), d,
 		holding(Redis, func(p *Proxy) error { return p.Latency(200, 50) })), StackOptions{})
 }
 
 func TestRedisReset(t *testing.T) {
+	sideBySide(t)
 	d := pick(4*time.Second, 10*time.Second)
 	Run(t, scenario("redis reset", fmt.Sprintf("every Redis connection reset (RST) on use for %s", d), d,
 		holding(Redis, func(p *Proxy) error { return p.Reset() })), StackOptions{})
 }
 
 func TestRedisDown(t *testing.T) {
+	sideBySide(t)
 	d := pick(6*time.Second, 30*time.Second)
 	Run(t, scenario("redis down", fmt.Sprintf("Redis refuses connections for %s (open ones closed)", d), d,
 		holding(Redis, func(p *Proxy) error { p.Down(); return nil })), StackOptions{})
@@ -122,6 +138,7 @@ func TestRedisDown(t *testing.T) {
 // TestComfyWorkerBlackholed: the worker running a job vanishes from the
 // network (every byte dropped, no connection closed) mid-job.
 func TestComfyWorkerBlackholed(t *testing.T) {
+	sideBySide(t)
 	d := pick(8*time.Second, 30*time.Second)
 	Run(t, scenario("comfyui worker blackholed", fmt.Sprintf("the ComfyUI worker running a job blackholed mid-job for %s", d), d,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
@@ -143,6 +160,7 @@ func TestComfyWorkerBlackholed(t *testing.T) {
 // TestPartnerSlicesAndHangs: the partner's answers arrive in small slices
 // and then it stops sending halfway (data dropped, connections open).
 func TestPartnerSlicesAndHangs(t *testing.T) {
+	sideBySide(t)
 	d := pick(8*time.Second, 30*time.Second)
 	Run(t, scenario("partner slices and hangs", fmt.Sprintf("partner answers sliced (8 B, 2 ms apart) for %s, then blackholed for %s", d/2, d/2), d,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
@@ -165,6 +183,7 @@ func TestPartnerSlicesAndHangs(t *testing.T) {
 // TestGatewayKill9: one of two gateways sharing the dependencies is killed
 // with SIGKILL every few seconds and started again on its port.
 func TestGatewayKill9(t *testing.T) {
+	sideBySide(t)
 	d := pick(12*time.Second, time.Minute)
 	every := 4 * time.Second
 	sc := scenario("kill -9 one of two gateways", fmt.Sprintf("SIGKILL of one of two gateways every %s for %s, restarted each time", every, d), d,
@@ -213,6 +232,7 @@ func TestPostgresRestart(t *testing.T) {
 // TestS3Blackhole: the object store stops answering (every byte dropped,
 // connections left open) for a while.
 func TestS3Blackhole(t *testing.T) {
+	sideBySide(t)
 	d := pick(5*time.Second, 30*time.Second)
 	sc := scenario("s3 blackholed", fmt.Sprintf("the S3 server's traffic dropped both ways for %s (connections left open)", d), d,
 		holding(S3, func(p *Proxy) error { return p.Blackhole() }))

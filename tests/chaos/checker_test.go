@@ -37,6 +37,7 @@ func resubmit(ctx context.Context, d *Driver, n int) {
 // the checker must report it as duplicated, from the history and from
 // storage. The real binary, under the same requests, must come out clean.
 func TestCheckerCatchesSkippedClaim(t *testing.T) {
+	sideBySide(t)
 	broken := filepath.Join(t.TempDir(), "comfygate-broken")
 	cmd := exec.Command("go", "build", "-tags", "chaosbroken", "-o", broken, "./cmd/comfygate")
 	cmd.Dir = gateway.RepoRoot(t)
@@ -90,6 +91,7 @@ func TestCheckerCatchesSkippedClaim(t *testing.T) {
 // checker must count the two lost (their rows, and the seed's read) and
 // report the stray object.
 func TestCheckerCatchesLostAndOrphanObjects(t *testing.T) {
+	sideBySide(t)
 	s := NewStack(t, StackOptions{})
 	h := NewHistory()
 	SeedPreviousRelease(t, s, h, 3)

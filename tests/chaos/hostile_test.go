@@ -262,6 +262,7 @@ func hostileCases(key *rsa.PrivateKey, pubPEM []byte) []hostileCase {
 // account and slowloris bodies, with the gateway's RSS sampled throughout
 // and bounded by hostileRSSBound.
 func TestHostileInputs(t *testing.T) {
+	sideBySide(t)
 	g, key, pubPEM := hostileGateway(t)
 	var peak atomic.Int64
 	stop := make(chan struct{})

@@ -108,6 +108,7 @@ func redisHAScenario(t *testing.T, name, fault, who string, kill func() error, s
 // themselves. Acceptance (issue 28): 0 lost, 0 duplicated, service back
 // within the failover plus 5 s.
 func TestRedisSentinelFailover(t *testing.T) {
+	sideBySide(t)
 	sen := redistest.NewSentinel(t)
 	sc := redisHAScenario(t, "redis sentinel failover",
 		fmt.Sprintf("the Redis primary of a Sentinel set SIGKILLed (down-after %s, quorum 2 of 3)", redistest.DownAfter),
@@ -125,6 +126,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 // router workspaces hash there all lose their node. Its replica takes its
 // slots over.
 func TestRedisClusterPrimaryKilled(t *testing.T) {
+	sideBySide(t)
 	cl := redistest.NewCluster(t, 1)
 	const channel = "comfygate:events" // the bus's channel (modules/comfygate redisPrefix + "events")
 	victim, err := cl.PrimaryFor(channel)

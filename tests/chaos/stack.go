@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,23 @@ type StackOptions struct {
 	RedisURL string
 }
 
+// redisDBs are the Redis databases the stacks take turns on, one per stack
+// alive; no other test package uses them.
+var redisDBs = func() chan int {
+	c := make(chan int, 4)
+	for db := 11; db <= 14; db++ {
+		c <- db
+	}
+	return c
+}()
+
+// redisDB takes a free database from redisDBs for the rest of t.
+func redisDB(t *testing.T) int {
+	db := <-redisDBs
+	t.Cleanup(func() { redisDBs <- db })
+	return db
+}
+
 // NewStack starts the peers, a proxy in front of every dependency and the
 // gateways, configured to reach everything through the proxies.
 func NewStack(t *testing.T, opts StackOptions) *Stack {
@@ -105,12 +123,13 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	if s.DSN == "" {
 		s.DSN = pgtest.DSN(t)
 	}
-	// The suite's Redis keys live in a database of their own so the soak
-	// can count them (DBSIZE); the claims and the bus are not prefixed.
+	// Each stack's Redis keys live in a database of their own, so that the
+	// soak can count them (DBSIZE) and scenarios can run side by side: the
+	// claims and the bus are not prefixed.
 	if opts.RedisURL != "" {
 		s.RedisURL = opts.RedisURL
 	} else {
-		s.RedisURL = withPath(t, pgtest.RedisURL(t), "/11")
+		s.RedisURL = withPath(t, pgtest.RedisURL(t), "/"+strconv.Itoa(redisDB(t)))
 		flushRedis(t, s.RedisURL)
 	}
 	s.BucketClient = s.Bucket.Client(t)

@@ -91,6 +91,7 @@ func previousRelease(t *testing.T) (bin, commit, newest string) {
 // serving, and for a while the two versions run side by side on the
 // migrated schema. The checker then wants nothing lost or duplicated.
 func TestRollingUpgrade(t *testing.T) {
+	sideBySide(t)
 	old, commit, newest := previousRelease(t)
 	current := gateway.Binary(t)
 	pause := pick(3*time.Second, 15*time.Second)
