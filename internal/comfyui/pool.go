@@ -139,22 +139,27 @@ func (p *Pool) touch(w *worker) {
 	p.notify()
 }
 
-// WorkerState is what the pool knows of one worker right now.
+// WorkerState is what the pool knows of one worker right now (the admin
+// API's and the console's JSON).
 type WorkerState struct {
 	// URL is the worker's base URL with any password redacted.
-	URL     string
-	Healthy bool
+	URL     string `json:"url"`
+	Healthy bool   `json:"healthy"`
 	// Running is how many of this pool's attempts the worker has in
 	// flight, out of Capacity.
-	Running, Capacity int
+	Running  int `json:"running"`
+	Capacity int `json:"capacity"`
 	// Models are the models its recent executions loaded, least recent
 	// first (what model affinity believes it holds).
-	Models []string
+	Models []string `json:"models"`
 	// Source is where the worker came from: config, dns or admin.
-	Source string
-	// Draining: it left discovery (or was removed) and takes no new jobs;
-	// it leaves the pool when its running ones end.
-	Draining bool
+	Source string `json:"source"`
+	// Draining: it takes no new job while the ones it runs finish. Why is
+	// DrainReason: "admin" or "dns:<name>" (removed: it leaves the pool
+	// when its running jobs end) or "shutdown" (it announced its shutdown:
+	// it takes jobs again once it is back).
+	Draining    bool   `json:"draining"`
+	DrainReason string `json:"drain_reason,omitempty"`
 }
 
 // Workers reports every worker's state, in the order they joined.
@@ -164,7 +169,13 @@ func (p *Pool) Workers() []WorkerState {
 	for i, w := range workers {
 		w.mu.Lock()
 		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency,
-			Models: slices.Clone(w.models.models), Source: w.source, Draining: w.draining}
+			Models: slices.Clone(w.models.models), Source: w.source, Draining: !w.takesJobs()}
+		switch {
+		case w.draining:
+			states[i].DrainReason = w.drainedBy
+		case w.stopping:
+			states[i].DrainReason = "shutdown"
+		}
 		w.mu.Unlock()
 	}
 	return states

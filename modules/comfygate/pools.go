@@ -216,14 +216,14 @@ func (a *App) HasPool(name string) bool {
 
 // PoolReady reports whether name is a pool of this configuration with a
 // worker that can take jobs now: the built-in pools always, a comfyui
-// pool while one of its workers is healthy.
+// pool while one of its workers is healthy and not draining.
 func (a *App) PoolReady(name string) bool {
 	pe, ok := a.executors[name]
 	if !ok || pe.workers == nil {
 		return ok
 	}
 	for _, w := range pe.workers() {
-		if w.Healthy {
+		if w.Healthy && !w.Draining {
 			return true
 		}
 	}

@@ -68,6 +68,8 @@ type Options struct {
 // Stats count what the peer was asked to do.
 type Stats struct {
 	Uploads, Prompts, Interrupts, QueueDeletes, HistoryDeletes, Sockets int
+	// RefusedPrompts counts the prompts refused while shutting down.
+	RefusedPrompts int
 	// LogSubscribes counts PATCH /internal/logs/subscribe; LogMessages the
 	// "logs" messages sent.
 	LogSubscribes, LogMessages int
@@ -89,14 +91,16 @@ type Peer struct {
 	sw      Switches
 	stats   Stats
 	crashed bool
-	sockets map[string]*socket
-	inputs  inputStore
-	files   map[string][]byte // type/subfolder/name
-	pending []*prompt
-	running *prompt
-	history map[string]json.RawMessage
-	number  int
-	logs    logState
+	// stopping: Shutdown began; new prompts are refused.
+	stopping bool
+	sockets  map[string]*socket
+	inputs   inputStore
+	files    map[string][]byte // type/subfolder/name
+	pending  []*prompt
+	running  *prompt
+	history  map[string]json.RawMessage
+	number   int
+	logs     logState
 	// life ends on Crash or Restart, stopping the executor of that life.
 	life   context.Context
 	endLif context.CancelFunc
