@@ -54,6 +54,22 @@ type Pool struct {
 	// catGen counts catalog changes; union caches the unions of a gen.
 	catGen atomic.Uint64
 	union  atomic.Pointer[union]
+	// onHealthy is called (in its own goroutine) when a worker becomes
+	// healthy; see OnHealthy.
+	onHealthy atomic.Pointer[func()]
+	// known is the last union that had a catalog: what a pool whose
+	// workers are all gone (scaled to zero) validates against.
+	known atomic.Pointer[union]
+}
+
+// OnHealthy sets what is called, in its own goroutine, each time a worker
+// of the pool becomes healthy (the scale signal's cold start ends there).
+func (p *Pool) OnHealthy(f func()) { p.onHealthy.Store(&f) }
+
+func (p *Pool) becameHealthy() {
+	if f := p.onHealthy.Load(); f != nil && *f != nil {
+		go (*f)()
+	}
 }
 
 // New validates cfg and builds a pool. It does no network I/O; Start does.
@@ -162,6 +178,20 @@ type WorkerState struct {
 	DrainReason string `json:"drain_reason,omitempty"`
 }
 
+// Available counts the workers that take jobs now: healthy and not
+// draining.
+func (p *Pool) Available() int {
+	n := 0
+	for _, w := range p.all() {
+		w.mu.Lock()
+		if w.healthy && w.takesJobs() {
+			n++
+		}
+		w.mu.Unlock()
+	}
+	return n
+}
+
 // Workers reports every worker's state, in the order they joined.
 func (p *Pool) Workers() []WorkerState {
 	workers := p.all()
@@ -194,7 +224,8 @@ var errNoCatalog = apierr.New(http.StatusServiceUnavailable, "service_unavailabl
 // workers have is included, and Execute sends graphs using it only to those.
 // When no worker has answered, Catalog waits (bounded by ctx and
 // RequestTimeout) for every worker's first connection attempt, then returns
-// a 503 *apierr.Error.
+// the last union a healthy worker made (a pool scaled to zero keeps taking
+// jobs, which queue), or a 503 *apierr.Error when there never was one.
 func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 	if cat := p.unionCatalog(); cat != nil {
 		return cat, nil
@@ -204,6 +235,9 @@ func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 	}
 	if cat := p.unionCatalog(); cat != nil {
 		return cat, nil
+	}
+	if u := p.known.Load(); u != nil {
+		return u.cat, nil // no worker now: submissions queue for the next one
 	}
 	return nil, errNoCatalog
 }
@@ -220,6 +254,9 @@ func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, erro
 	}
 	if info := p.unionObjectInfo(); info != nil {
 		return info, nil
+	}
+	if u := p.known.Load(); u != nil {
+		return u.info, nil
 	}
 	return nil, errNoCatalog
 }
@@ -290,6 +327,9 @@ func (p *Pool) unions() *union {
 	u := &union{gen: gen, cat: unionOf(workers, (*worker).catalogIfHealthy),
 		info: unionOf(workers, (*worker).objectInfoIfHealthy)}
 	p.union.Store(u)
+	if u.cat != nil {
+		p.known.Store(u)
+	}
 	return u
 }
 

@@ -124,6 +124,7 @@ func (w *worker) markOK() {
 	w.mu.Unlock()
 	if became {
 		w.log.Info("worker is healthy")
+		w.pool.becameHealthy()
 		w.pool.catalogChanged()
 		w.pool.touch(w)
 	}

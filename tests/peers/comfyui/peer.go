@@ -63,6 +63,9 @@ type Options struct {
 	ModelSlots int
 	// Warm are the models in memory at start (the last is the most recent).
 	Warm []string
+	// ColdStart is how long after New the peer answers 503 to every
+	// request (sockets included), like a ComfyUI still booting.
+	ColdStart time.Duration
 }
 
 // Stats count what the peer was asked to do.
@@ -110,6 +113,8 @@ type Peer struct {
 	modelLoad time.Duration
 	// wsAttempts are the arrival times of the /ws requests.
 	wsAttempts []time.Time
+	// readyAt is when the cold start ends.
+	readyAt time.Time
 }
 
 type prompt struct {
@@ -149,6 +154,7 @@ func New(t testing.TB, opts Options) *Peer {
 	if len(opts.Models) > 0 {
 		loaderCatalog(p.catalog, opts.Models)
 	}
+	p.readyAt = time.Now().Add(opts.ColdStart)
 	p.srv = httptest.NewServer(p.routes())
 	p.URL = p.srv.URL
 	p.startLife()
@@ -314,6 +320,10 @@ func (p *Peer) routes() http.Handler {
 		p.mu.Lock()
 		crashed := p.crashed
 		p.mu.Unlock()
+		if time.Now().Before(p.readyAt) {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
 		if crashed {
 			// A connection accepted just before the crash: drop it.
 			if hj, ok := w.(http.Hijacker); ok {
