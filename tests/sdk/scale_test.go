@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +114,18 @@ http://:{PORT} {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if os.Getenv("COMFYGATE_TEST_VERBOSE") != "" {
-		t.Log(g.Logs())
+	// At zero again, a request's Retry-After is the measured cold start
+	// (the 3 s boot, the dial and the provisioner's poll), not the
+	// configured 2 s.
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
+	resp.Body.Close()
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || ra < 3 || ra > 10 {
+		t.Fatalf("at zero again: %d Retry-After %q, want 429 with the measured cold start (3–10 s)",
+			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	t.Logf("at zero again: 429 with Retry-After %d (the measured cold start)", ra)
 }
