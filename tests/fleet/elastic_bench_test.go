@@ -30,7 +30,7 @@ const (
 
 // burstResult is what one run measured.
 type burstResult struct {
-	workerSeconds   time.Duration
+	workerTime   time.Duration
 	p50, p95        time.Duration
 	jobs, succeeded int
 	prompts         int // over every peer: a job run twice shows here
@@ -158,7 +158,7 @@ func TestBenchElasticBursts(t *testing.T) {
 		elastic.backToZero = atZero()
 		elastic.wall = time.Since(start)
 		used, _, most, _, _ := prov.Stats()
-		elastic.workerSeconds = used - used0
+		elastic.workerTime = used - used0
 		elastic.most = most
 		elastic.jobs, elastic.succeeded = len(ids), succeededOf(t, g.URL, ids)
 		elastic.prompts = promptsOf(prov.Peers()) - prompts0
@@ -189,7 +189,7 @@ func TestBenchElasticBursts(t *testing.T) {
 		ids, lat := runBursts(t, g.URL)
 		time.Sleep(scaleDelay) // the same tail as the elastic run's wait for zero
 		fixed.wall = time.Since(start)
-		fixed.workerSeconds = time.Duration(fleetSize) * fixed.wall
+		fixed.workerTime = time.Duration(fleetSize) * fixed.wall
 		fixed.most = fleetSize
 		fixed.jobs, fixed.succeeded = len(ids), succeededOf(t, g.URL, ids)
 		fixed.prompts = promptsOf(peers)
@@ -201,12 +201,12 @@ func TestBenchElasticBursts(t *testing.T) {
 		r    burstResult
 	}{{"elastic", elastic}, {"fixed", fixed}} {
 		t.Logf("%-7s worker-s %7.1f  p50 %6.2fs  p95 %6.2fs  jobs %d succeeded %d prompts %d  most workers %d  wall %.1fs  back to zero %v",
-			r.name, r.r.workerSeconds.Seconds(), r.r.p50.Seconds(), r.r.p95.Seconds(), r.r.jobs, r.r.succeeded, r.r.prompts,
+			r.name, r.r.workerTime.Seconds(), r.r.p50.Seconds(), r.r.p95.Seconds(), r.r.jobs, r.r.succeeded, r.r.prompts,
 			r.r.most, r.r.wall.Seconds(), r.r.backToZero)
 	}
-	if fixed.workerSeconds > 0 && fixed.p95 > 0 {
+	if fixed.workerTime > 0 && fixed.p95 > 0 {
 		t.Logf("elastic/fixed: worker-seconds %.2f (goal ≤ 0.50), p95 %.2f (goal ≤ 2.00)",
-			elastic.workerSeconds.Seconds()/fixed.workerSeconds.Seconds(), elastic.p95.Seconds()/fixed.p95.Seconds())
+			elastic.workerTime.Seconds()/fixed.workerTime.Seconds(), elastic.p95.Seconds()/fixed.p95.Seconds())
 	}
 	for _, r := range []burstResult{elastic, fixed} {
 		if r.succeeded != r.jobs || r.prompts != r.jobs {
