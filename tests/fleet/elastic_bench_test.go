@@ -30,7 +30,7 @@ const (
 
 // burstResult is what one run measured.
 type burstResult struct {
-	workerTime   time.Duration
+	workerTime      time.Duration
 	p50, p95        time.Duration
 	jobs, succeeded int
 	prompts         int // over every peer: a job run twice shows here
