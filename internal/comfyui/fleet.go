@@ -154,6 +154,7 @@ func (p *Pool) retire(w *worker) {
 	if !gone {
 		return // taken back, or busy again
 	}
+	p.unions() // the catalog as it was, kept for a pool left at zero
 	list := slices.DeleteFunc(slices.Clone(p.all()), func(x *worker) bool { return x == w })
 	if len(list) == len(p.all()) {
 		return

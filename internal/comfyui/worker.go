@@ -133,6 +133,9 @@ func (w *worker) markOK() {
 // markFailure records a failed contact; a worker silent for UnhealthyAfter
 // leaves the rotation and its attempts are lost.
 func (w *worker) markFailure(err error) {
+	// The catalog as it is (cached per change), kept for a pool whose last
+	// worker this is.
+	w.pool.unions()
 	w.mu.Lock()
 	if !w.healthy || time.Since(w.lastOK) < w.pool.cfg.UnhealthyAfter {
 		w.mu.Unlock()
