@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/tests/gateway"
@@ -55,10 +56,16 @@ func runningPeer(t *testing.T, a, b *comfyuipeer.Peer) (busy, other *comfyuipeer
 }
 
 // TestDrainOnShutdownNotice: a worker whose ComfyUI announces its
-// shutdown (its sockets closed with 1001 going away) while it runs a job
-// finishes that job and gets no new one; the admin API shows it draining
-// for that reason meanwhile.
+// shutdown (its sockets closed with 1001 going away, or 1012 service
+// restart) while it runs a job finishes that job and gets no new one; the
+// admin API shows it draining for that reason meanwhile.
 func TestDrainOnShutdownNotice(t *testing.T) {
+	for _, code := range []websocket.StatusCode{websocket.StatusGoingAway, websocket.StatusServiceRestart} {
+		t.Run(code.String(), func(t *testing.T) { drainOnNotice(t, code) })
+	}
+}
+
+func drainOnNotice(t *testing.T, code websocket.StatusCode) {
 	a, b := comfyuipeer.New(t, comfyuipeer.Options{}), comfyuipeer.New(t, comfyuipeer.Options{})
 	g, admin := startPair(t, a, b)
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -70,7 +77,7 @@ func TestDrainOnShutdownNotice(t *testing.T) {
 	if prompt != uuid.NewSHA1(uuid.NameSpaceURL, []byte("comfygate:"+first+":1")).String() {
 		t.Fatalf("the running prompt %s is not the first attempt of job %s", prompt, first)
 	}
-	stopped := busy.Shutdown(300 * time.Millisecond)
+	stopped := busy.ShutdownWith(code, 300*time.Millisecond)
 	waitFor(t, "the stopping worker draining", func() bool {
 		w := adminWorkers(t, admin)[busy.URL]
 		return w.Draining && w.DrainReason == "shutdown"

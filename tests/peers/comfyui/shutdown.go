@@ -13,11 +13,17 @@ import (
 // after the queue emptied it closes its listener for good (as Crash). It
 // returns at once; the channel closes when the listener is closed.
 func (p *Peer) Shutdown(linger time.Duration) <-chan struct{} {
+	return p.ShutdownWith(websocket.StatusGoingAway, linger)
+}
+
+// ShutdownWith is Shutdown closing the sockets with code (1012, service
+// restart, for example).
+func (p *Peer) ShutdownWith(code websocket.StatusCode, linger time.Duration) <-chan struct{} {
 	p.mu.Lock()
 	p.stopping = true
 	socks := p.takeSockets()
 	p.mu.Unlock()
-	closeWith(socks, websocket.StatusGoingAway)
+	closeWith(socks, code)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
