@@ -181,15 +181,30 @@ type WorkerState struct {
 // Available counts the workers that take jobs now: healthy and not
 // draining.
 func (p *Pool) Available() int {
-	n := 0
+	n, _ := p.available()
+	return n
+}
+
+// Slots is the sum of the concurrencies of the workers that take jobs now
+// (healthy, not draining): how many attempts the dispatcher should run at
+// once. Unlike Capacity it leaves out workers still starting, so that no
+// job is claimed for a worker in its cold start (a claimed job waits at
+// most UnhealthyAfter for a healthy worker, then counts as lost).
+func (p *Pool) Slots() int {
+	_, slots := p.available()
+	return slots
+}
+
+func (p *Pool) available() (workers, slots int) {
 	for _, w := range p.all() {
 		w.mu.Lock()
 		if w.healthy && w.takesJobs() {
-			n++
+			workers++
+			slots += w.cfg.Concurrency
 		}
 		w.mu.Unlock()
 	}
-	return n
+	return workers, slots
 }
 
 // Workers reports every worker's state, in the order they joined.

@@ -280,8 +280,8 @@ type poolExecutor struct {
 	kind     string
 	exec     jobs.Executor
 	capacity int
-	// slots is a comfyui pool's current capacity, which follows its
-	// workers as they come and go; nil for a builtin pool.
+	// slots is a comfyui pool's slots now: its healthy workers' that
+	// take jobs, as they come and go; nil for a builtin pool.
 	slots func() int
 	start func()
 	// workers reports a comfyui pool's workers; nil for a builtin pool.
@@ -399,7 +399,7 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 	comfyui.Register(p.Name, cp)
 	name := p.Name
 	cp.OnHealthy(func() { a.demandMet(name) })
-	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Capacity, start: cp.Start,
+	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Slots, start: cp.Start,
 		workers: cp.Workers}, nil
 }
 

@@ -81,3 +81,24 @@ func adminDo(s *Stack, method, path, body string) error {
 	}
 	return nil
 }
+
+// TestComfyWorkerLeavesDNS (issue 29, acceptance 3): the pool takes its
+// workers from DNS; the worker running a job leaves the answer mid-job (it
+// drains) and comes back when the fault ends.
+func TestComfyWorkerLeavesDNS(t *testing.T) {
+	d := pick(6*time.Second, 30*time.Second)
+	sc := scenario("comfyui worker leaves DNS", "the ComfyUI worker running a job leaves the SRV answer (drain), back after "+d.String(), d,
+		func(ctx context.Context, t *testing.T, s *Stack) error {
+			i, err := runningWorker(ctx, s)
+			if err != nil {
+				return err
+			}
+			s.DNS.Set(portOf(t, s.Faults.Proxy([]string{Comfy0, Comfy1}[1-i]).Addr))
+			return hold(ctx)
+		})
+	sc.Heal = func(t *testing.T, s *Stack) error {
+		s.DNS.Set(portOf(t, s.Faults.Proxy(Comfy0).Addr), portOf(t, s.Faults.Proxy(Comfy1).Addr))
+		return nil
+	}
+	Run(t, sc, StackOptions{DNS: true})
+}

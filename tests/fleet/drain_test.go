@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -128,5 +129,46 @@ func TestShutdownMidJob(t *testing.T) {
 	}
 	if a, b := busy.Stats().Prompts, other.Stats().Prompts; a != 1 || b != 1 {
 		t.Errorf("prompts: %d on the stopped worker, %d on the other; want one each (the job handed on once)", a, b)
+	}
+}
+
+// TestColdWorkerClaimsNothing (issue 29): a pool at zero gets a worker
+// whose cold start is longer than unhealthy_after; the job submitted
+// meanwhile stays queued until the worker answers, then runs on its first
+// attempt (it is not claimed for the booting worker and lost when the
+// wait for a healthy one runs out).
+func TestColdWorkerClaimsNothing(t *testing.T) {
+	warm := comfyuipeer.New(t, comfyuipeer.Options{})
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
+	admin := "http://" + adminAddr
+	g := gateway.Start(t, gateway.V2Config(`storage embedded ./data
+		jobs {
+			max_attempts 1
+		}
+		pool gpu comfyui {
+			unhealthy_after 1s
+			reconnect_max 200ms
+		}`, gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+	// A first worker gives the pool its catalog, then leaves: at zero.
+	adminCall(t, http.MethodPost, admin+"/comfygate/workers/gpu", map[string]any{"url": warm.URL})
+	waitFor(t, "the first worker healthy", func() bool { return adminWorkers(t, admin)[warm.URL].Healthy })
+	client := &http.Client{Timeout: 30 * time.Second}
+	if _, err := submitJob(t, client, g.URL, slowJob(1, 0, "catalog")); err != nil {
+		t.Fatal(err)
+	}
+	adminCall(t, http.MethodDelete, admin+"/comfygate/workers/gpu?url="+url.QueryEscape(warm.URL), nil)
+	waitFor(t, "the pool at zero", func() bool { return len(adminWorkers(t, admin)) == 0 })
+
+	cold := comfyuipeer.New(t, comfyuipeer.Options{ColdStart: 3 * time.Second})
+	adminCall(t, http.MethodPost, admin+"/comfygate/workers/gpu", map[string]any{"url": cold.URL})
+	id, err := submitJob(t, client, g.URL, slowJob(2, 50, "after the cold start"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := waitAll(t, client, g.URL, []string{id}, time.Minute)[id]; j.Status != "succeeded" {
+		t.Fatalf("the job submitted during the cold start: %s", j.Status)
+	}
+	if n := cold.Stats().Prompts; n != 1 {
+		t.Errorf("the cold worker ran %d prompts, want 1", n)
 	}
 }
