@@ -398,7 +398,10 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 	cp := val.(comfyUIDestructor).Pool
 	comfyui.Register(p.Name, cp)
 	name := p.Name
-	cp.OnHealthy(func() { a.demandMet(name) })
+	cp.OnHealthy(func() {
+		a.wakeDispatcher(name)
+		a.demandMet(name)
+	})
 	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Slots, start: cp.Start,
 		workers: cp.Workers}, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/scale"
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/bus"
 )
 
 // running is the app of the running configuration, for the admin API.
@@ -119,6 +120,15 @@ func (a *App) poolCatalog(pool string) func(context.Context) (workflow.Catalog, 
 		}
 		return cat, err
 	}
+}
+
+// wakeDispatcher tells pool's dispatchers that a worker became healthy:
+// its slots are claimable now, not at the next poll.
+func (a *App) wakeDispatcher(pool string) {
+	if !a.res.opened.Load() {
+		return
+	}
+	_ = a.res.bus.Publish(context.Background(), bus.Event{Kind: "queued", Pool: pool})
 }
 
 // demandMet records that a worker of pool became healthy: the end of a
