@@ -173,9 +173,6 @@ func (c *Config) applyDefaults() {
 }
 
 func (c *Config) validate() error {
-	if len(c.Workers) == 0 && len(c.DNS) == 0 {
-		return errors.New("comfyui: a pool needs at least one worker or a dns source")
-	}
 	for _, d := range c.DNS {
 		switch {
 		case d.Name == "":

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/internal/jobs"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
@@ -191,7 +192,6 @@ func TestNewValidates(t *testing.T) {
 		cfg  comfyui.Config
 		ok   bool
 	}{
-		{"no workers", comfyui.Config{}, false},
 		{"relative url", comfyui.Config{Workers: []comfyui.WorkerConfig{{URL: "127.0.0.1:8188"}}}, false},
 		{"query", comfyui.Config{Workers: []comfyui.WorkerConfig{{URL: "http://h:1/?a=b"}}}, false},
 		{"duplicate", comfyui.Config{Workers: []comfyui.WorkerConfig{{URL: "http://h:1"}, {URL: "http://h:1"}}}, false},
@@ -211,5 +211,43 @@ func TestNewValidates(t *testing.T) {
 				p.Close()
 			}
 		})
+	}
+}
+
+// TestPoolAtZero: a pool may have no worker (an autoscaler fills it). It
+// has no capacity, so nothing is claimed for it; its catalog is the last
+// one a worker gave, so that submissions keep queueing once the last
+// worker is gone; before any worker answered it is a 503.
+func TestPoolAtZero(t *testing.T) {
+	t.Parallel()
+	p, err := comfyui.New(comfyui.Config{UnhealthyAfter: time.Second}, nil)
+	if err != nil {
+		t.Fatalf("a pool with no worker: %v", err)
+	}
+	defer p.Close()
+	p.Start()
+	if p.Capacity() != 0 || p.Available() != 0 {
+		t.Fatalf("capacity %d, available %d at zero", p.Capacity(), p.Available())
+	}
+	if _, err := p.Catalog(context.Background()); err == nil {
+		t.Fatal("a catalog before any worker answered")
+	} else if e, ok := apierr.As(err); !ok || e.Status != 503 || e.RetryAfter == 0 {
+		t.Fatalf("Catalog at zero = %v, want a 503 with Retry-After", err)
+	}
+	peer := comfyuipeer.New(t, comfyuipeer.Options{})
+	if err := p.AddWorker(comfyui.WorkerConfig{URL: peer.URL}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker available", func() bool { return p.Available() == 1 && p.Capacity() == 1 })
+	if err := p.RemoveWorker(peer.URL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool back at zero", func() bool { return len(p.Workers()) == 0 && p.Capacity() == 0 })
+	cat, err := p.Catalog(context.Background())
+	if err != nil {
+		t.Fatalf("Catalog back at zero: %v; want the last worker's", err)
+	}
+	if _, ok := cat["SlowNode"]; !ok {
+		t.Fatalf("the kept catalog lacks the worker's SlowNode")
 	}
 }

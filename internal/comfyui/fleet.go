@@ -69,9 +69,11 @@ func (p *Pool) addLocked(wc WorkerConfig, source string) error {
 			w.mu.Lock()
 			back := w.draining
 			if back {
+				took := w.takesJobs()
 				w.draining = false
+				w.drainedBy = ""
 				w.source = source
-				p.capacity.Add(int64(w.cfg.Concurrency))
+				p.capacityChanged(w, took)
 			}
 			w.mu.Unlock()
 			if back {
@@ -102,22 +104,23 @@ func (p *Pool) addLocked(wc WorkerConfig, source string) error {
 func (p *Pool) RemoveWorker(url string) error {
 	for _, w := range p.all() {
 		if w.cfg.URL == url {
-			p.drain(w)
+			p.drain(w, sourceAdmin)
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: %s", ErrNoWorker, url)
 }
 
-// drain takes w out of rotation; it is retired at once when idle, else by
-// the release of its last attempt.
-func (p *Pool) drain(w *worker) {
+// drain takes w out of rotation (by is who removed it: the admin API or a
+// DNS source); it is retired at once when idle, else by the release of its
+// last attempt.
+func (p *Pool) drain(w *worker, by string) {
 	w.mu.Lock()
 	was := w.draining
+	took := w.takesJobs()
 	w.draining = true
-	if !was {
-		p.capacity.Add(-int64(w.cfg.Concurrency))
-	}
+	w.drainedBy = by
+	p.capacityChanged(w, took)
 	idle := w.inflight == 0
 	w.mu.Unlock()
 	if !was {
@@ -127,6 +130,18 @@ func (p *Pool) drain(w *worker) {
 		p.retire(w)
 	}
 	p.touch(w)
+}
+
+// capacityChanged adjusts the pool's capacity after a change of w's
+// draining or stopping state; took is whether it took jobs before. Called
+// with w.mu held.
+func (p *Pool) capacityChanged(w *worker, took bool) {
+	switch now := w.takesJobs(); {
+	case took && !now:
+		p.capacity.Add(-int64(w.cfg.Concurrency))
+	case !took && now:
+		p.capacity.Add(int64(w.cfg.Concurrency))
+	}
 }
 
 // retire removes a drained, idle worker from the pool and stops its loops.
@@ -139,6 +154,7 @@ func (p *Pool) retire(w *worker) {
 	if !gone {
 		return // taken back, or busy again
 	}
+	p.unions() // the catalog as it was, kept for a pool left at zero
 	list := slices.DeleteFunc(slices.Clone(p.all()), func(x *worker) bool { return x == w })
 	if len(list) == len(p.all()) {
 		return
@@ -171,7 +187,7 @@ func (p *Pool) syncSource(source string, want []WorkerConfig) {
 	}
 	p.wmu.Unlock()
 	for _, w := range gone {
-		p.drain(w)
+		p.drain(w, source)
 	}
 	p.notify()
 }

@@ -54,6 +54,22 @@ type Pool struct {
 	// catGen counts catalog changes; union caches the unions of a gen.
 	catGen atomic.Uint64
 	union  atomic.Pointer[union]
+	// onHealthy is called (in its own goroutine) when a worker becomes
+	// healthy; see OnHealthy.
+	onHealthy atomic.Pointer[func()]
+	// known is the last union that had a catalog: what a pool whose
+	// workers are all gone (scaled to zero) validates against.
+	known atomic.Pointer[union]
+}
+
+// OnHealthy sets what is called, in its own goroutine, each time a worker
+// of the pool becomes healthy (the scale signal's cold start ends there).
+func (p *Pool) OnHealthy(f func()) { p.onHealthy.Store(&f) }
+
+func (p *Pool) becameHealthy() {
+	if f := p.onHealthy.Load(); f != nil && *f != nil {
+		go (*f)()
+	}
 }
 
 // New validates cfg and builds a pool. It does no network I/O; Start does.
@@ -139,22 +155,56 @@ func (p *Pool) touch(w *worker) {
 	p.notify()
 }
 
-// WorkerState is what the pool knows of one worker right now.
+// WorkerState is what the pool knows of one worker right now (the admin
+// API's and the console's JSON).
 type WorkerState struct {
 	// URL is the worker's base URL with any password redacted.
-	URL     string
-	Healthy bool
+	URL     string `json:"url"`
+	Healthy bool   `json:"healthy"`
 	// Running is how many of this pool's attempts the worker has in
 	// flight, out of Capacity.
-	Running, Capacity int
+	Running  int `json:"running"`
+	Capacity int `json:"capacity"`
 	// Models are the models its recent executions loaded, least recent
 	// first (what model affinity believes it holds).
-	Models []string
+	Models []string `json:"models"`
 	// Source is where the worker came from: config, dns or admin.
-	Source string
-	// Draining: it left discovery (or was removed) and takes no new jobs;
-	// it leaves the pool when its running ones end.
-	Draining bool
+	Source string `json:"source"`
+	// Draining: it takes no new job while the ones it runs finish. Why is
+	// DrainReason: "admin" or "dns:<name>" (removed: it leaves the pool
+	// when its running jobs end) or "shutdown" (it announced its shutdown:
+	// it takes jobs again once it is back).
+	Draining    bool   `json:"draining"`
+	DrainReason string `json:"drain_reason,omitempty"`
+}
+
+// Available counts the workers that take jobs now: healthy and not
+// draining.
+func (p *Pool) Available() int {
+	n, _ := p.available()
+	return n
+}
+
+// Slots is the sum of the concurrencies of the workers that take jobs now
+// (healthy, not draining): how many attempts the dispatcher should run at
+// once. Unlike Capacity it leaves out workers still starting, so that no
+// job is claimed for a worker in its cold start (a claimed job waits at
+// most UnhealthyAfter for a healthy worker, then counts as lost).
+func (p *Pool) Slots() int {
+	_, slots := p.available()
+	return slots
+}
+
+func (p *Pool) available() (workers, slots int) {
+	for _, w := range p.all() {
+		w.mu.Lock()
+		if w.healthy && w.takesJobs() {
+			workers++
+			slots += w.cfg.Concurrency
+		}
+		w.mu.Unlock()
+	}
+	return workers, slots
 }
 
 // Workers reports every worker's state, in the order they joined.
@@ -164,7 +214,13 @@ func (p *Pool) Workers() []WorkerState {
 	for i, w := range workers {
 		w.mu.Lock()
 		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency,
-			Models: slices.Clone(w.models.models), Source: w.source, Draining: w.draining}
+			Models: slices.Clone(w.models.models), Source: w.source, Draining: !w.takesJobs()}
+		switch {
+		case w.draining:
+			states[i].DrainReason = w.drainedBy
+		case w.stopping:
+			states[i].DrainReason = "shutdown"
+		}
 		w.mu.Unlock()
 	}
 	return states
@@ -183,7 +239,8 @@ var errNoCatalog = apierr.New(http.StatusServiceUnavailable, "service_unavailabl
 // workers have is included, and Execute sends graphs using it only to those.
 // When no worker has answered, Catalog waits (bounded by ctx and
 // RequestTimeout) for every worker's first connection attempt, then returns
-// a 503 *apierr.Error.
+// the last union a healthy worker made (a pool scaled to zero keeps taking
+// jobs, which queue), or a 503 *apierr.Error when there never was one.
 func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 	if cat := p.unionCatalog(); cat != nil {
 		return cat, nil
@@ -193,6 +250,9 @@ func (p *Pool) Catalog(ctx context.Context) (workflow.Catalog, error) {
 	}
 	if cat := p.unionCatalog(); cat != nil {
 		return cat, nil
+	}
+	if u := p.known.Load(); u != nil {
+		return u.cat, nil // no worker now: submissions queue for the next one
 	}
 	return nil, errNoCatalog
 }
@@ -209,6 +269,9 @@ func (p *Pool) ObjectInfo(ctx context.Context) (map[string]json.RawMessage, erro
 	}
 	if info := p.unionObjectInfo(); info != nil {
 		return info, nil
+	}
+	if u := p.known.Load(); u != nil {
+		return u.info, nil
 	}
 	return nil, errNoCatalog
 }
@@ -279,6 +342,9 @@ func (p *Pool) unions() *union {
 	u := &union{gen: gen, cat: unionOf(workers, (*worker).catalogIfHealthy),
 		info: unionOf(workers, (*worker).objectInfoIfHealthy)}
 	p.union.Store(u)
+	if u.cat != nil {
+		p.known.Store(u)
+	}
 	return u
 }
 

@@ -86,7 +86,7 @@ func TestAcquireIndexed(t *testing.T) {
 	// Drain every other holder of m3: the next m3 job must not go there.
 	for _, x := range p.all() {
 		if x != w && (x.idx%6 == 3 || (x.idx+1)%6 == 3) {
-			p.drain(x)
+			p.drain(x, sourceAdmin)
 		}
 	}
 	w2, warm2, err := p.acquire(ctx, []string{"KSampler"}, []string{"m3"})

@@ -136,7 +136,7 @@ func (p *Pool) reindexLocked(w *worker) {
 	}
 	old := e.models
 	w.mu.Lock()
-	e.eligible = w.healthy && w.catalog != nil && !w.draining
+	e.eligible = w.healthy && w.catalog != nil && w.takesJobs()
 	e.free = w.inflight < w.cfg.Concurrency
 	e.load = float64(max(w.queueRemaining, w.inflight)) / float64(w.cfg.Concurrency)
 	e.oldest = time.Time{}

@@ -48,9 +48,15 @@ type worker struct {
 	firstTry  chan struct{}
 	firstOnce sync.Once
 
-	mu         sync.Mutex
-	healthy    bool
-	draining   bool
+	mu       sync.Mutex
+	healthy  bool
+	draining bool
+	// stopping: the worker announced its shutdown (see shutdown.go); it
+	// takes no new job until it is seen down and back.
+	stopping bool
+	// drainedBy is what removed a draining worker (a source name).
+	drainedBy  string
+	seenDown   bool // a dial failed since the shutdown notice
 	lastOK     time.Time
 	catalog    workflow.Catalog
 	objectInfo map[string]json.RawMessage // the catalog as the worker sent it, per class
@@ -118,6 +124,7 @@ func (w *worker) markOK() {
 	w.mu.Unlock()
 	if became {
 		w.log.Info("worker is healthy")
+		w.pool.becameHealthy()
 		w.pool.catalogChanged()
 		w.pool.touch(w)
 	}
@@ -126,6 +133,9 @@ func (w *worker) markOK() {
 // markFailure records a failed contact; a worker silent for UnhealthyAfter
 // leaves the rotation and its attempts are lost.
 func (w *worker) markFailure(err error) {
+	// The catalog as it is (cached per change), kept for a pool whose last
+	// worker this is.
+	w.pool.unions()
 	w.mu.Lock()
 	if !w.healthy || time.Since(w.lastOK) < w.pool.cfg.UnhealthyAfter {
 		w.mu.Unlock()
@@ -163,7 +173,7 @@ func (w *worker) catalogIfHealthy() (workflow.Catalog, bool) {
 func (w *worker) reserve(models []string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.healthy || w.draining || w.inflight >= w.cfg.Concurrency {
+	if !w.healthy || !w.takesJobs() || w.inflight >= w.cfg.Concurrency {
 		return false
 	}
 	w.inflight++
@@ -234,6 +244,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			w.dialFailed(err, reconnect)
 			w.markFailure(err)
 			w.log.Debug("connecting to worker", zap.Error(err))
 			if !reconnectSleep(ctx, equalJitter(backoff)) {
@@ -248,6 +259,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 			w.forgetModels()
 		}
 		reconnect = true
+		w.dialed()
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		if w.logsWanted.Load() {
@@ -264,6 +276,9 @@ func (w *worker) connectLoop(ctx context.Context) {
 			return
 		}
 		w.log.Warn("worker socket closed; reconnecting", zap.Error(err))
+		if shutdownClose(err) {
+			w.shutdownNotice("socket closed with " + websocket.CloseStatus(err).String())
+		}
 		// A socket that stayed up a while starts the backoff over; one that
 		// drops at once (a proxy closing upgraded sockets, an oversized
 		// frame) keeps growing it, so a reconnect never becomes a tight

@@ -38,6 +38,10 @@ type Scope struct {
 	PoolReady bool
 	// RetryAfter is the Retry-After of deployment_not_ready, in seconds.
 	RetryAfter int
+	// NoWorker, when set, is called when an admitted caller finds the
+	// ready deployment's pool without a worker: it records the demand (the
+	// pool's scale signal counts it) and returns the Retry-After to answer.
+	NoWorker func() int
 	// Demo holds the public demo's caps; they apply when Public.
 	Demo Demo
 	// ClientIP keys the demo's submit rate.
@@ -61,6 +65,9 @@ func (s *Scope) Public() bool { return s.Found && s.Deployment.Public }
 func (s *Scope) Admit(account string) error {
 	if !s.Found || (!s.Deployment.Public && account != s.Deployment.AccountID) {
 		return NotFound()
+	}
+	if s.Deployment.State == storage.DeploymentReady && !s.PoolReady && s.NoWorker != nil {
+		s.RetryAfter = s.NoWorker()
 	}
 	if err := StateError(s.Deployment.State, s.PoolReady, s.RetryAfter); err != nil {
 		return err

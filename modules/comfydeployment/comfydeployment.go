@@ -49,6 +49,9 @@ type Handler struct {
 	// /deployment/{id} path prefix.
 	Domains []string `json:"domains,omitempty"`
 	// RetryAfter is the Retry-After of deployment_not_ready. Default 5s.
+	// While a ready deployment's pool has no worker, the answer is the
+	// pool's measured cold start instead (bounded by the pool's
+	// retry_after_max) once one was measured.
 	RetryAfter caddy.Duration `json:"retry_after,omitempty"`
 	// Demo holds the caps of public deployments, which take callers with
 	// no credential. Defaults apply when it is absent.
@@ -166,6 +169,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Demo:       h.demo,
 		ClientIP:   clientIP(r),
 		Submit:     isSubmit(r),
+	}
+	if found && !scope.PoolReady {
+		scope.NoWorker = func() int { return h.app.RecordDemand(r.Context(), d.Pool, time.Duration(h.RetryAfter)) }
 	}
 	caddyhttp.SetVar(r.Context(), "comfygate.deployment", id)
 	ctx := httpx.WithMount(deployments.WithScope(r.Context(), scope), mount)

@@ -247,6 +247,9 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //	max_charge <credits>
 //	account_max_queued <n>
 //	account_max_running <n>
+//
+// A comfyui pool also takes a scale block (see unmarshalScale), and may
+// have no worker at all (a pool at zero that an autoscaler fills).
 func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 	p := new(PoolConfig)
 	if !d.AllArgs(&p.Name, &p.Kind) {
@@ -286,6 +289,12 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 				return nil, err
 			}
 			p.Price = price
+		case "scale":
+			sc, err := unmarshalScale(d)
+			if err != nil {
+				return nil, err
+			}
+			p.Scale = sc
 		case "refresh", "unhealthy_after", "reconnect_max", "request_timeout", "affinity_wait":
 			name := d.Val()
 			var v string
@@ -314,6 +323,46 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 		}
 	}
 	return p, nil
+}
+
+// unmarshalScale reads a comfyui pool's scale block:
+//
+//	scale {
+//		min_workers <n>
+//		max_workers <n>
+//		worker_concurrency <n>
+//		scale_down_delay <duration>
+//		retry_after_max <duration>
+//	}
+func unmarshalScale(d *caddyfile.Dispenser) (*ScaleConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	sc := new(ScaleConfig)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		var v string
+		if !d.AllArgs(&v) {
+			return nil, d.ArgErr()
+		}
+		if into := map[string]*int{"min_workers": &sc.MinWorkers, "max_workers": &sc.MaxWorkers,
+			"worker_concurrency": &sc.WorkerConcurrency}[name]; into != nil {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, d.Errf("scale %s: %v", name, err)
+			}
+			*into = n
+			continue
+		}
+		into := map[string]*caddy.Duration{"scale_down_delay": &sc.ScaleDownDelay, "retry_after_max": &sc.RetryAfterMax}[name]
+		if into == nil {
+			return nil, d.Errf("unknown scale option %q", name)
+		}
+		if err := ParseDuration(v, into); err != nil {
+			return nil, d.Errf("scale %s: %v", name, err)
+		}
+	}
+	return sc, nil
 }
 
 // unmarshalPrice reads a pool's price block (whole credits, no fractions).

@@ -262,6 +262,7 @@ func (a *App) Start() error {
 		a.maintain(loopCtx)
 	}()
 	a.stopped = []<-chan struct{}{maintained, dispatched}
+	running.Store(a)
 	return nil
 }
 
@@ -308,6 +309,7 @@ func (h stoppingHandler) Handle(context.Context, caddy.Event) error {
 // resources stay open for the next configuration; Cleanup releases this
 // configuration's reference.
 func (a *App) Stop() error {
+	running.CompareAndSwap(a, nil)
 	a.signalStopping()
 	if a.cancel == nil {
 		return nil

@@ -68,9 +68,38 @@ func TestPoolFleetOptions(t *testing.T) {
 				worker http://127.0.0.1:8188
 				dispatch random
 			}`, "dispatch \"random\"", nil},
-		{"no workers at all", `pool gpu comfyui {
+		{"no workers at all: a pool at zero with its scale bounds", `pool gpu comfyui {
 				refresh 1m
-			}`, "needs at least one worker", nil},
+				scale {
+					min_workers 1
+					max_workers 8
+					worker_concurrency 2
+					scale_down_delay 90s
+					retry_after_max 45s
+				}
+			}`, "", func(t *testing.T, p *PoolConfig) {
+			want := ScaleConfig{MinWorkers: 1, MaxWorkers: 8, WorkerConcurrency: 2,
+				ScaleDownDelay: caddy.Duration(90 * time.Second), RetryAfterMax: caddy.Duration(45 * time.Second)}
+			if len(p.Workers) != 0 || len(p.DNS) != 0 || p.Scale == nil || *p.Scale != want {
+				t.Fatalf("pool at zero: workers %v dns %v scale %+v", p.Workers, p.DNS, p.Scale)
+			}
+		}},
+		{"scale min above max", `pool gpu comfyui {
+				scale {
+					min_workers 3
+					max_workers 2
+				}
+			}`, "min_workers 3 is above max_workers 2", nil},
+		{"scale negative", `pool gpu comfyui {
+				scale {
+					max_workers -1
+				}
+			}`, "must not be negative", nil},
+		{"unknown scale option", `pool gpu comfyui {
+				scale {
+					target 3
+				}
+			}`, "unknown scale option", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

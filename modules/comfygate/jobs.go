@@ -109,7 +109,7 @@ func (a *App) Jobs(pool string) *jobs.Service {
 		Store:     a.res.store,
 		Blobs:     a.res.blobs,
 		Bus:       a.res.bus,
-		Catalog:   a.executors[pool].exec.Catalog,
+		Catalog:   a.poolCatalog(pool),
 		ExtraData: a.res.extraData,
 		Config: jobs.Config{
 			Pool:             pool,

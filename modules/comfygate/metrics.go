@@ -18,7 +18,7 @@ func (a *App) registerMetrics(ctx caddy.Context) error {
 	if reg == nil {
 		return nil
 	}
-	return metrics.Register(reg, &metrics.State{Jobs: a.jobCounts, Workers: a.workerCounts})
+	return metrics.Register(reg, &metrics.State{Jobs: a.jobCounts, Workers: a.workerCounts, Scale: a.scaleSeries})
 }
 
 // jobCounts reads every pool's queued and running jobs from storage.
@@ -47,14 +47,35 @@ func (a *App) workerCounts() []metrics.WorkerCount {
 			out = append(out, metrics.WorkerCount{Pool: p.Name, Health: "healthy", N: 1})
 			continue
 		}
-		healthy := 0
+		healthy, draining := 0, 0
 		for _, w := range p.Workers {
-			if w.Healthy {
+			switch {
+			case w.Draining:
+				draining++
+			case w.Healthy:
 				healthy++
 			}
 		}
 		out = append(out, metrics.WorkerCount{Pool: p.Name, Health: "healthy", N: healthy},
-			metrics.WorkerCount{Pool: p.Name, Health: "unhealthy", N: len(p.Workers) - healthy})
+			metrics.WorkerCount{Pool: p.Name, Health: "unhealthy", N: len(p.Workers) - healthy - draining},
+			metrics.WorkerCount{Pool: p.Name, Health: "draining", N: draining})
 	}
 	return out
+}
+
+// scaleSeries is the scale signal of every comfyui pool, for the series.
+func (a *App) scaleSeries(ctx context.Context) ([]metrics.PoolScale, error) {
+	if !a.res.opened.Load() {
+		return nil, errors.New("storage is not open")
+	}
+	reports, err := a.ScaleReports(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]metrics.PoolScale, len(reports))
+	for i, r := range reports {
+		out[i] = metrics.PoolScale{Pool: r.Pool, Desired: r.DesiredWorkers, Needed: r.NeededWorkers, Min: r.MinWorkers,
+			Max: r.MaxWorkers, DemandUnmet: r.DemandUnmet, ColdStartSeconds: r.ColdStartSeconds}
+	}
+	return out, nil
 }

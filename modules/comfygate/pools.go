@@ -81,6 +81,48 @@ type PoolConfig struct {
 	// accounts' run). Default: the jobs block's; 0 = unbounded.
 	AccountMaxQueued  int `json:"account_max_queued,omitempty"`
 	AccountMaxRunning int `json:"account_max_running,omitempty"`
+	// Scale bounds, for a comfyui pool, its scale signal (see
+	// docs/comfyui.md, "Elastic fleets").
+	Scale *ScaleConfig `json:"scale,omitempty"`
+}
+
+// ScaleConfig is a comfyui pool's scale signal: the workers it needs, for
+// an autoscaler to follow.
+type ScaleConfig struct {
+	// MinWorkers and MaxWorkers bound the signal. Default 0 and unbounded.
+	MinWorkers int `json:"min_workers,omitempty"`
+	MaxWorkers int `json:"max_workers,omitempty"`
+	// WorkerConcurrency is how many jobs one added worker runs at once.
+	// Default 1.
+	WorkerConcurrency int `json:"worker_concurrency,omitempty"`
+	// ScaleDownDelay is how long the signal keeps a count after the need
+	// for it was last seen, so that workers are not removed between two
+	// bursts. Default 5m.
+	ScaleDownDelay caddy.Duration `json:"scale_down_delay,omitempty"`
+	// RetryAfterMax bounds the Retry-After of a deployment_not_ready
+	// answered while the pool has no worker: the pool's measured cold
+	// start, at most this. Default 2m.
+	RetryAfterMax caddy.Duration `json:"retry_after_max,omitempty"`
+}
+
+// Defaults of ScaleConfig.
+const (
+	DefaultScaleDownDelay = 5 * time.Minute
+	DefaultRetryAfterMax  = 2 * time.Minute
+)
+
+func (p *PoolConfig) validateScale() error {
+	s := p.Scale
+	if s == nil {
+		return nil
+	}
+	switch {
+	case s.MinWorkers < 0 || s.MaxWorkers < 0 || s.WorkerConcurrency < 0 || s.ScaleDownDelay < 0 || s.RetryAfterMax < 0:
+		return fmt.Errorf("comfygate: pool %q: scale bounds must not be negative", p.Name)
+	case s.MaxWorkers > 0 && s.MinWorkers > s.MaxWorkers:
+		return fmt.Errorf("comfygate: pool %q: min_workers %d is above max_workers %d", p.Name, s.MinWorkers, s.MaxWorkers)
+	}
+	return nil
 }
 
 // PriceConfig is a pool's job price in whole credits.
@@ -161,8 +203,10 @@ func (a *App) validatePools() error {
 				return fmt.Errorf("comfygate: builtin pool %q takes no workers", p.Name)
 			}
 		case KindComfyUI:
-			if len(p.Workers) == 0 && len(p.DNS) == 0 {
-				return fmt.Errorf("comfygate: comfyui pool %q needs at least one worker (or workers dns)", p.Name)
+			// No worker at all is a pool at zero: workers come from the
+			// admin API (an autoscaler following the scale signal).
+			if err := p.validateScale(); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("comfygate: pool %q has unknown kind %q (want builtin or comfyui)", p.Name, p.Kind)
@@ -216,14 +260,14 @@ func (a *App) HasPool(name string) bool {
 
 // PoolReady reports whether name is a pool of this configuration with a
 // worker that can take jobs now: the built-in pools always, a comfyui
-// pool while one of its workers is healthy.
+// pool while one of its workers is healthy and not draining.
 func (a *App) PoolReady(name string) bool {
 	pe, ok := a.executors[name]
 	if !ok || pe.workers == nil {
 		return ok
 	}
 	for _, w := range pe.workers() {
-		if w.Healthy {
+		if w.Healthy && !w.Draining {
 			return true
 		}
 	}
@@ -236,8 +280,8 @@ type poolExecutor struct {
 	kind     string
 	exec     jobs.Executor
 	capacity int
-	// slots is a comfyui pool's current capacity, which follows its
-	// workers as they come and go; nil for a builtin pool.
+	// slots is a comfyui pool's slots now: its healthy workers' that
+	// take jobs, as they come and go; nil for a builtin pool.
 	slots func() int
 	start func()
 	// workers reports a comfyui pool's workers; nil for a builtin pool.
@@ -353,7 +397,12 @@ func (a *App) comfyUIPool(p *PoolConfig) (poolExecutor, error) {
 	a.poolKeys = append(a.poolKeys, "comfyui:"+string(key))
 	cp := val.(comfyUIDestructor).Pool
 	comfyui.Register(p.Name, cp)
-	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Capacity, start: cp.Start,
+	name := p.Name
+	cp.OnHealthy(func() {
+		a.wakeDispatcher(name)
+		a.demandMet(name)
+	})
+	return poolExecutor{kind: KindComfyUI, exec: cp, capacity: cp.Capacity(), slots: cp.Slots, start: cp.Start,
 		workers: cp.Workers}, nil
 }
 

@@ -7,6 +7,8 @@
 //	POST   /comfygate/workers/<pool>                 add {"url", "concurrency", "headers"}
 //	DELETE /comfygate/workers/<pool>?url=<url>       drain and remove
 //	POST   /comfygate/workers/<pool>/free?url=<url>  unload the worker's models
+//	GET    /comfygate/scale/                         every comfyui pool's scale signal
+//	GET    /comfygate/scale/<pool>                   one pool's (KEDA metrics-api: desiredWorkers)
 //
 // A worker added here lives as long as the running pool: a config change
 // that rebuilds the pool starts again from the config's workers. Removing a
@@ -23,6 +25,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/comfygate/comfygate/internal/comfyui"
+	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
 func init() {
@@ -42,10 +45,40 @@ func (Admin) CaddyModule() caddy.ModuleInfo {
 
 // Routes returns the admin routes.
 func (a Admin) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(a.serve)}}
+	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(a.serve)},
+		{Pattern: scalePrefix, Handler: caddy.AdminHandlerFunc(a.serveScale)}}
 }
 
-const prefix = "/comfygate/workers/"
+const (
+	prefix      = "/comfygate/workers/"
+	scalePrefix = "/comfygate/scale/"
+)
+
+// serveScale answers the scale signals, computed from the database: every
+// gateway sharing it answers the same.
+func (a Admin) serveScale(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return apiError(http.StatusMethodNotAllowed, errors.New("method not allowed"))
+	}
+	app := comfygate.Running()
+	if app == nil {
+		return apiError(http.StatusServiceUnavailable, errors.New("no running comfygate app"))
+	}
+	reports, err := app.ScaleReports(r.Context())
+	if err != nil {
+		return apiError(http.StatusServiceUnavailable, err)
+	}
+	name := strings.Trim(strings.TrimPrefix(r.URL.Path, scalePrefix), "/")
+	if name == "" {
+		return writeJSON(w, map[string]any{"pools": reports})
+	}
+	for _, rep := range reports {
+		if rep.Pool == name {
+			return writeJSON(w, rep)
+		}
+	}
+	return apiError(http.StatusNotFound, fmt.Errorf("no comfyui pool %q", name))
+}
 
 // addRequest is the body of POST /comfygate/workers/<pool>.
 type addRequest struct {

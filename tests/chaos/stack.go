@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -60,7 +61,9 @@ type Stack struct {
 	BucketClient *minio.Client
 	Peers        []*comfyuipeer.Peer
 	Partner      *partner.Peer
-	Gateways     []*gateway.Gateway
+	// DNS lists the workers with StackOptions.DNS.
+	DNS      *DNS
+	Gateways []*gateway.Gateway
 	// Workspace is the router calls' workspace; Token its JWT.
 	Workspace, Token string
 	// AppName is the gateways' Postgres application_name, to count their
@@ -92,6 +95,9 @@ type StackOptions struct {
 	// directly, without a proxy: the scenario injects its faults by
 	// killing nodes. Empty: the machine's Redis behind the Redis proxy.
 	RedisURL string
+	// DNS takes the ComfyUI workers (their proxies) from a local DNS server
+	// (Stack.DNS) instead of the config's worker lines.
+	DNS bool
 }
 
 // redisDBs are the Redis databases the stacks take turns on, one per stack
@@ -170,6 +176,10 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	}
 	s.caddyfile = caddyfile(gwDSN, gwRedis,
 		bucket.Caddyfile(s3Timeout), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
+	if opts.DNS {
+		s.DNS = StartDNS(t, portOf(t, c0.Addr), portOf(t, c1.Addr))
+		s.caddyfile = strings.Replace(s.caddyfile, staticWorkers("http://"+c0.Addr, "http://"+c1.Addr), workersDNS(s.DNS.Addr), 1)
+	}
 	for i := range opts.Gateways {
 		cfg := s.caddyfile
 		if i == 0 && opts.Admin {
@@ -197,11 +207,30 @@ func (s *Stack) Restart(t *testing.T, i int) {
 // request within about four of it (three retries), inside HangBound.
 const s3Timeout = "timeout 2s"
 
-func caddyfile(dsn, redisURL, blobs, comfy0, comfy1, catalog, prefix string) string {
+// staticWorkers is the pool's worker lines.
+func staticWorkers(urls ...string) string {
 	var workers strings.Builder
-	for _, w := range []string{comfy0, comfy1} {
+	for _, w := range urls {
 		fmt.Fprintf(&workers, "\t\t\tworker %s {\n\t\t\t\tconcurrency 1\n\t\t\t}\n", w)
 	}
+	return workers.String()
+}
+
+// portOf is the port of host:port.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func caddyfile(dsn, redisURL, blobs, comfy0, comfy1, catalog, prefix string) string {
 	return `{
 	admin off
 	grace_period 1s
@@ -215,7 +244,7 @@ func caddyfile(dsn, redisURL, blobs, comfy0, comfy1, catalog, prefix string) str
 			max_attempts 3
 		}
 		pool gpu comfyui {
-` + workers.String() + `			refresh 1m
+` + staticWorkers(comfy0, comfy1) + `			refresh 1m
 			unhealthy_after 3s
 			reconnect_max 1s
 		}

@@ -91,6 +91,8 @@ type adminWorker struct {
 	Running  int
 	Source   string
 	Draining bool
+	// DrainReason is why it drains: admin, dns:<name> or shutdown.
+	DrainReason string `json:"drain_reason"`
 }
 
 func adminWorkers(t *testing.T, admin string) map[string]adminWorker {

@@ -63,11 +63,16 @@ type Options struct {
 	ModelSlots int
 	// Warm are the models in memory at start (the last is the most recent).
 	Warm []string
+	// ColdStart is how long after New the peer answers 503 to every
+	// request (sockets included), like a ComfyUI still booting.
+	ColdStart time.Duration
 }
 
 // Stats count what the peer was asked to do.
 type Stats struct {
 	Uploads, Prompts, Interrupts, QueueDeletes, HistoryDeletes, Sockets int
+	// RefusedPrompts counts the prompts refused while shutting down.
+	RefusedPrompts int
 	// LogSubscribes counts PATCH /internal/logs/subscribe; LogMessages the
 	// "logs" messages sent.
 	LogSubscribes, LogMessages int
@@ -89,14 +94,16 @@ type Peer struct {
 	sw      Switches
 	stats   Stats
 	crashed bool
-	sockets map[string]*socket
-	inputs  inputStore
-	files   map[string][]byte // type/subfolder/name
-	pending []*prompt
-	running *prompt
-	history map[string]json.RawMessage
-	number  int
-	logs    logState
+	// stopping: Shutdown began; new prompts are refused.
+	stopping bool
+	sockets  map[string]*socket
+	inputs   inputStore
+	files    map[string][]byte // type/subfolder/name
+	pending  []*prompt
+	running  *prompt
+	history  map[string]json.RawMessage
+	number   int
+	logs     logState
 	// life ends on Crash or Restart, stopping the executor of that life.
 	life   context.Context
 	endLif context.CancelFunc
@@ -106,6 +113,8 @@ type Peer struct {
 	modelLoad time.Duration
 	// wsAttempts are the arrival times of the /ws requests.
 	wsAttempts []time.Time
+	// readyAt is when the cold start ends.
+	readyAt time.Time
 }
 
 type prompt struct {
@@ -145,6 +154,7 @@ func New(t testing.TB, opts Options) *Peer {
 	if len(opts.Models) > 0 {
 		loaderCatalog(p.catalog, opts.Models)
 	}
+	p.readyAt = time.Now().Add(opts.ColdStart)
 	p.srv = httptest.NewServer(p.routes())
 	p.URL = p.srv.URL
 	p.startLife()
@@ -310,6 +320,10 @@ func (p *Peer) routes() http.Handler {
 		p.mu.Lock()
 		crashed := p.crashed
 		p.mu.Unlock()
+		if time.Now().Before(p.readyAt) {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
 		if crashed {
 			// A connection accepted just before the crash: drop it.
 			if hj, ok := w.(http.Hijacker); ok {

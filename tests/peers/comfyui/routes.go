@@ -32,6 +32,9 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 		ClientID  string          `json:"client_id"`
 		ExtraData json.RawMessage `json:"extra_data"`
 	}
+	if p.refuseWhileStopping(w) {
+		return
+	}
 	p.logf("got prompt")
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		http.Error(w, "500 Internal Server Error", http.StatusInternalServerError)

@@ -1,0 +1,131 @@
+package sdk
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/tests/fleet/provisioner"
+	"github.com/comfygate/comfygate/tests/gateway"
+	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
+)
+
+// TestOfficialSDKScaleFromZero (issue 29, acceptance 2): a serverless
+// deployment whose comfyui pool is at zero answers its first request 429
+// deployment_not_ready with a Retry-After and counts it as demand; the
+// test provisioner, following the scale signal, starts a ComfyUI peer
+// (3 s cold start) and adds it; the official SDK's submit retries on the
+// 429 and its job runs to succeeded. The pool then returns to zero.
+func TestOfficialSDKScaleFromZero(t *testing.T) {
+	requireSDK(t)
+	dir := t.TempDir()
+	admin := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
+	cfg := `{
+	admin ` + admin + `
+	grace_period 1s
+	comfygate {
+		storage postgres "` + pgtest.DSN(t) + `"
+		blobs file_system ./data/blobs
+		pool gpu comfyui {
+			scale {
+				max_workers 2
+				scale_down_delay 2s
+				retry_after_max 30s
+			}
+			unhealthy_after 5s
+			reconnect_max 500ms
+		}
+	}
+}
+http://:{PORT} {
+	bind 127.0.0.1
+	route {
+		error_envelope
+		comfy_deployment {
+			retry_after 2s
+		}
+		comfy_auth api_keys
+		idempotency
+		comfy_assets
+		comfy_jobs
+		error "not found" 404
+	}
+}
+`
+	g := gateway.Start(t, cfg, gateway.Options{Dir: dir})
+	cfgPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", g.Port))
+	cli := func(args ...string) string {
+		cmd := exec.Command(gateway.Binary(t), args...)
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	cli("deployment", "--config", cfgPath, "--adapter", "caddyfile", "create", "acme-zero", "--account", "acme", "--pool", "gpu")
+	cli("deployment", "--config", cfgPath, "--adapter", "caddyfile", "state", "acme-zero", "ready")
+	key := cli("api-key", "--config", cfgPath, "--adapter", "caddyfile", "create", "--account", "acme")
+	base := g.URL + "/deployment/acme-zero"
+
+	// The first request: 429 deployment_not_ready with Retry-After.
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/v2/jobs", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("first request: %d Retry-After %q, want 429 with the configured 2 (no cold start measured yet)",
+			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	prov := provisioner.Start(t, provisioner.Config{Admin: "http://" + admin, Pool: "gpu",
+		Peer: comfyuipeer.Options{ColdStart: 3 * time.Second}})
+
+	start := time.Now()
+	runNodeTests(t, []string{"COMFY_BASE_URL=" + base, "COMFY_API_KEY=" + key}, filepath.Join("scale", "zero.test.mjs"))
+	took := time.Since(start)
+	_, _, most, started, _ := prov.Stats()
+	if started != 1 || most != 1 {
+		t.Errorf("the provisioner started %d workers (at most %d at once), want 1", started, most)
+	}
+	t.Logf("the SDK's job succeeded %s after the first 429 (a 3 s cold start)", took.Round(100*time.Millisecond))
+
+	// Idle: after the scale-down delay the signal is 0 and the provisioner
+	// stops its worker.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, running, _, _, stopped := prov.Stats()
+		if running == 0 && stopped == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not return to zero: %d running, %d stopped", running, stopped)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// At zero again, a request's Retry-After is the measured cold start
+	// (the 3 s boot, the dial and the provisioner's poll), not the
+	// configured 2 s.
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || ra < 3 || ra > 10 {
+		t.Fatalf("at zero again: %d Retry-After %q, want 429 with the measured cold start (3–10 s)",
+			resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	t.Logf("at zero again: 429 with Retry-After %d (the measured cold start)", ra)
+}
