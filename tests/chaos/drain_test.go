@@ -29,6 +29,7 @@ func runningWorker(ctx context.Context, s *Stack) (int, error) {
 // closed for good): it finishes what it runs and takes nothing new; the
 // other worker takes the rest of the workload.
 func TestComfyWorkerShutdown(t *testing.T) {
+	sideBySide(t)
 	d := pick(6*time.Second, 30*time.Second)
 	Run(t, scenario("comfyui worker SIGTERM", "the ComfyUI worker running a job stops gracefully (1001, finishes its queue, exits) and stays down", d,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
@@ -45,6 +46,7 @@ func TestComfyWorkerShutdown(t *testing.T) {
 // job is removed through the admin API mid-job (it drains), and added back
 // when the fault ends.
 func TestComfyWorkerRemoved(t *testing.T) {
+	sideBySide(t)
 	d := pick(6*time.Second, 30*time.Second)
 	var removed string
 	sc := scenario("comfyui worker removed", "the ComfyUI worker running a job removed through the admin API (drain), added back after "+d.String(), d,
@@ -86,6 +88,7 @@ func adminDo(s *Stack, method, path, body string) error {
 // workers from DNS; the worker running a job leaves the answer mid-job (it
 // drains) and comes back when the fault ends.
 func TestComfyWorkerLeavesDNS(t *testing.T) {
+	sideBySide(t)
 	d := pick(6*time.Second, 30*time.Second)
 	sc := scenario("comfyui worker leaves DNS", "the ComfyUI worker running a job leaves the SRV answer (drain), back after "+d.String(), d,
 		func(ctx context.Context, t *testing.T, s *Stack) error {
