@@ -47,16 +47,25 @@ type Receiver struct {
 	// URL is its base address, the value of OTEL_EXPORTER_OTLP_ENDPOINT.
 	URL string
 
-	mu    sync.Mutex
-	spans []Span
-	// Requests counts export requests.
+	// countOnly keeps no spans, only their number (benchmarks).
+	countOnly bool
+
+	mu       sync.Mutex
+	spans    []Span
+	count    int
 	requests int
 }
 
 // Start runs a receiver until the test ends.
-func Start(t testing.TB) *Receiver {
+func Start(t testing.TB) *Receiver { return start(t, false) }
+
+// StartCounter runs a receiver that decodes every export but keeps only
+// the number of spans (Count), for benchmarks that export many.
+func StartCounter(t testing.TB) *Receiver { return start(t, true) }
+
+func start(t testing.TB, countOnly bool) *Receiver {
 	t.Helper()
-	r := &Receiver{}
+	r := &Receiver{countOnly: countOnly}
 	srv := httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
@@ -99,6 +108,22 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var got []Span
+	if r.countOnly {
+		n := 0
+		for _, rs := range msg.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				n += len(ss.GetSpans())
+			}
+		}
+		r.mu.Lock()
+		r.count += n
+		r.requests++
+		r.mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+		return
+	}
 	for _, rs := range msg.GetResourceSpans() {
 		service := attrs(rs.GetResource().GetAttributes())["service.name"]
 		for _, ss := range rs.GetScopeSpans() {
@@ -120,6 +145,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
+	r.count += len(got)
 	r.requests++
 	r.mu.Unlock()
 	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
@@ -145,6 +171,13 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 		}
 	}
 	return m
+}
+
+// Count is the number of spans received so far.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 // Spans returns the spans received so far.
