@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/comfygate/comfygate/internal/apierr"
@@ -140,17 +141,23 @@ func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []b
 		s.ExtraData.Put(job.ID, sub.ExtraData)
 	}
 	// The job is durable; a lost wake-up only delays it until the next poll.
-	ectx, enqueue := tracing.Start(ctx, "job.enqueue")
-	_ = s.Bus.Publish(context.WithoutCancel(ectx), bus.Event{JobID: job.ID, Kind: "queued", Pool: job.Pool})
-	enqueue.End()
+	enqueued := time.Now()
+	_ = s.Bus.Publish(context.WithoutCancel(ctx), bus.Event{JobID: job.ID, Kind: "queued", Pool: job.Pool})
+	tracing.Phase(span, "job.enqueue", enqueued)
 	return job, nil
 }
 
 // validate parses body and checks its workflow against the pool's catalog
-// and the caller's assets, in a job.validate span.
+// and the caller's assets; a job.validate event on the submit's span.
 func (s *Service) validate(ctx context.Context, account string, body []byte) (sub *workflow.Submission, err error) {
-	ctx, span := tracing.Start(ctx, "job.validate")
-	defer tracing.End(span, &err)
+	start := time.Now()
+	defer func() {
+		if err != nil {
+			tracing.Phase(trace.SpanFromContext(ctx), "job.validate", start, semconv.ErrorTypeKey.String(errorType(err)))
+			return
+		}
+		tracing.Phase(trace.SpanFromContext(ctx), "job.validate", start)
+	}()
 	sub, err = workflow.ParseSubmit(body, s.Config.Limits)
 	if err != nil {
 		return nil, err
@@ -390,4 +397,13 @@ func (s *Service) CancelDeployment(ctx context.Context, deploymentID string) ([]
 		publishStatus(context.WithoutCancel(ctx), s.Bus, j)
 	}
 	return changed, nil
+}
+
+// errorType is an error's code for a span: the API error code when it is
+// one (bounded), else "internal".
+func errorType(err error) string {
+	if e, ok := apierr.As(err); ok {
+		return e.Code
+	}
+	return "internal"
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
@@ -28,6 +29,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/comfygate/comfygate/internal/apierr"
 )
 
 // ScopeName is the instrumentation scope of comfygate's spans.
@@ -140,13 +143,20 @@ func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (con
 	return (*current.Load()).Start(ctx, name, opts...)
 }
 
-// Fail records err on span and marks it failed; a nil err does nothing.
+// Fail marks span failed with err's type: the API error code (bounded,
+// e.g. "queue_full") or, for any other error, its Go type. The message is
+// left out: an error's text may name a job's inputs or a backend's
+// address, and logs already carry it.
 func Fail(span trace.Span, err error) {
 	if err == nil || !span.IsRecording() {
 		return
 	}
-	span.RecordError(err)
-	span.SetStatus(codes.Error, err.Error())
+	typ := fmt.Sprintf("%T", err)
+	if e, ok := apierr.As(err); ok {
+		typ = e.Code
+	}
+	span.SetAttributes(semconv.ErrorTypeKey.String(typ))
+	span.SetStatus(codes.Error, typ)
 }
 
 // End ends span, recording *errp when it is not nil: `defer tracing.End(span, &err)`.
@@ -155,6 +165,23 @@ func End(span trace.Span, errp *error) {
 		Fail(span, *errp)
 	}
 	span.End()
+}
+
+// AttrPhaseDuration is a phase event's duration in milliseconds.
+const AttrPhaseDuration = attribute.Key("comfygate.phase.duration_ms")
+
+// Phase records a step of span's operation that ended now and began at
+// start as an event named name with its duration (and attrs). Steps that
+// are a few microseconds to a round trip long are events rather than child
+// spans: a span costs the process several microseconds to record and
+// export, an event a fraction of that, which keeps the hot paths' overhead
+// within budget (BENCHMARKS.md#tracing).
+func Phase(span trace.Span, name string, start time.Time, attrs ...attribute.KeyValue) {
+	if !span.IsRecording() {
+		return
+	}
+	attrs = append(attrs, AttrPhaseDuration.Float64(float64(time.Since(start).Microseconds())/1000))
+	span.AddEvent(name, trace.WithAttributes(attrs...))
 }
 
 // Inject writes ctx's trace context into h (traceparent, tracestate)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 )
 
 // TestRouterCallTrace (issue 30, acceptance 2): with tracing on, a router
-// call's trace holds router.admission, router.partner_request (whose
-// traceparent the partner received) and router.settle under router.call;
-// a call refused at admission carries its bucket on its spans.
+// call's trace is router.call with the router.admission and router.settle
+// phases as its events (each with its duration) and a router.partner_request
+// child span (whose traceparent the partner received); a call refused at
+// admission carries its bucket on its span and its admission event.
 func TestRouterCallTrace(t *testing.T) {
 	t.Parallel()
 	recv := otlp.Start(t)
@@ -53,20 +55,29 @@ func TestRouterCallTrace(t *testing.T) {
 		ok, found := callOf(spans, okID)
 		_, found2 := callOf(spans, refusedID)
 		tr := otlp.Trace(spans, ok.TraceID)
-		return found && found2 && len(otlp.Named(tr, "router.settle")) > 0 &&
-			len(otlp.Named(tr, "router.partner_request")) > 0 && len(otlp.Named(tr, "router.admission")) > 0
+		return found && found2 && len(otlp.Named(tr, "router.partner_request")) > 0
 	})
 
 	ok, _ := callOf(spans, okID)
 	tr := otlp.Trace(spans, ok.TraceID)
 	t.Logf("answered call's trace:\n%s", otlp.Dump(tr))
-	for _, name := range []string{"router.admission", "router.partner_request", "router.settle"} {
-		s := otlp.Named(tr, name)[0]
-		if s.ParentID != ok.SpanID {
-			t.Errorf("%s is not a child of router.call", name)
+	var events []string
+	for _, e := range ok.Events {
+		events = append(events, e.Name)
+		if e.Attrs["comfygate.phase.duration_ms"] == "" {
+			t.Errorf("event %s has no duration", e.Name)
 		}
 	}
+	if strings.Join(events, ",") != "router.admission,router.settle" {
+		t.Errorf("router.call's events are %v, want router.admission, router.settle", events)
+	}
+	if s := ok.Events[len(ok.Events)-1]; s.Attrs["comfygate.credits"] != "5" {
+		t.Errorf("router.settle event attributes %v, want 5 credits", s.Attrs)
+	}
 	pr := otlp.Named(tr, "router.partner_request")[0]
+	if pr.ParentID != ok.SpanID {
+		t.Errorf("router.partner_request is not a child of router.call")
+	}
 	if pr.Attrs["http.request.method"] != "POST" || pr.Attrs["http.response.status_code"] != "200" ||
 		pr.Attrs["gen_ai.request.model"] != "acme/image" {
 		t.Errorf("router.partner_request attributes: %v", pr.Attrs)
@@ -89,9 +100,8 @@ func TestRouterCallTrace(t *testing.T) {
 	if rc.Attrs["comfygate.router.bucket"] != "rate_limited" || !rc.Error {
 		t.Errorf("refused router.call: error %v, attributes %v; want bucket rate_limited", rc.Error, rc.Attrs)
 	}
-	adm := otlp.Named(rtr, "router.admission")
-	if len(adm) != 1 || adm[0].Attrs["comfygate.router.bucket"] != "rate_limited" {
-		t.Errorf("refused call's router.admission: %+v", adm)
+	if len(rc.Events) != 1 || rc.Events[0].Name != "router.admission" || rc.Events[0].Attrs["comfygate.router.bucket"] != "rate_limited" {
+		t.Errorf("refused call's events: %+v, want router.admission with bucket rate_limited", rc.Events)
 	}
 	if n := len(otlp.Named(rtr, "router.partner_request")); n != 0 {
 		t.Errorf("the refused call has %d partner requests", n)

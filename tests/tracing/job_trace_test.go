@@ -74,7 +74,7 @@ func TestJobTraceAcrossGateways(t *testing.T) {
 	}
 
 	// The submit span on A names the job; its trace must gather the rest.
-	want := []string{"job.submit", "job.validate", "job.commit", "job.enqueue",
+	want := []string{"job.submit", "job.commit",
 		"job.dispatch", "job.claim", "job.execute", "comfyui.send", "comfyui.run", "job.output"}
 	var trace []otlp.Span
 	recv.Wait(t, 30*time.Second, func(spans []otlp.Span) bool {
@@ -110,13 +110,17 @@ func TestJobTraceAcrossGateways(t *testing.T) {
 	// The shape: dispatch is a child of the submit; claim and execute of
 	// the dispatch; the worker's send and run of execute; ingest of run.
 	for child, parent := range map[string]string{
-		"job.validate": "job.submit", "job.commit": "job.submit", "job.enqueue": "job.submit",
+		"job.commit":   "job.submit",
 		"job.dispatch": "job.submit", "job.claim": "job.dispatch", "job.execute": "job.dispatch",
 		"comfyui.send": "job.execute", "comfyui.run": "job.execute", "job.output": "comfyui.run",
 	} {
 		if got := parentName(one(child)); got != parent {
 			t.Errorf("%s's parent is %q, want %s", child, got, parent)
 		}
+	}
+	// Validation and the wake-up are phases of the submit: its events.
+	if got := eventNames(submit); strings.Join(got, ",") != "job.validate,job.enqueue" {
+		t.Errorf("job.submit's events are %v, want job.validate, job.enqueue", got)
 	}
 	if dispatch.Attrs["comfygate.job.id"] != id || dispatch.Attrs["comfygate.job.status"] != "succeeded" {
 		t.Errorf("job.dispatch attributes: %v", dispatch.Attrs)
@@ -154,3 +158,11 @@ func TestJobTraceAcrossGateways(t *testing.T) {
 }
 
 func submit0(trace []otlp.Span) otlp.Span { return otlp.Named(trace, "job.submit")[0] }
+
+func eventNames(s otlp.Span) []string {
+	var names []string
+	for _, e := range s.Events {
+		names = append(names, e.Name)
+	}
+	return names
+}

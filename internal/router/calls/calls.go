@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -265,30 +264,23 @@ func (s *Service) Call(ctx context.Context, req Request) (resp *Response, err er
 	// A keyed call's record can be taken over by a same-key retry, which
 	// settles the lease by the call's id (limits.Resume).
 	call := limits.Call{ID: req.RequestID, Cents: m.PriceCents, Resumable: keyed}
-	actx, admission := tracing.Start(ctx, "router.admission")
-	lease, err := s.cfg.Limiter.Admit(actx, req.Workspace, call, s.cfg.Limits)
+	admitting := time.Now()
+	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, call, s.cfg.Limits)
 	if err != nil {
 		e := admissionError(err)
-		refusedSpan(admission, e)
+		tracing.Phase(span, "router.admission", admitting, tracing.AttrBucket.String(e.Code))
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}
-	if e := s.reserveCredits(actx, req); e != nil {
-		refusedSpan(admission, e)
+	if e := s.reserveCredits(ctx, req); e != nil {
+		tracing.Phase(span, "router.admission", admitting, tracing.AttrBucket.String(e.Code))
 		s.releaseLease(ctx, lease)
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}
-	admission.End()
+	tracing.Phase(span, "router.admission", admitting)
 	metrics.RouterSpendReserved.Add(float64(m.PriceCents))
 	return s.dispatch(ctx, req, rec, lease)
-}
-
-// refusedSpan ends the admission span of a refused call with its bucket.
-func refusedSpan(span trace.Span, e *apierr.Error) {
-	span.SetAttributes(tracing.AttrBucket.String(e.Code), semconv.HTTPResponseStatusCode(e.Status))
-	span.SetStatus(codes.Error, e.Code)
-	span.End()
 }
 
 // admissionError maps a limiter failure to the router bucket.

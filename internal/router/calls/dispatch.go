@@ -113,9 +113,9 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	// admission through this gateway runs after it, so the caller's next
 	// call never finds this one still holding its slot or its cents.
 	stopKeep()
-	_, settling := tracing.Start(ctx, "router.settle", trace.WithAttributes(tracing.AttrCredits.Int64(charged)))
+	settling := time.Now()
 	s.settleOrdered(lease, charged)
-	settling.End()
+	tracing.Phase(trace.SpanFromContext(ctx), "router.settle", settling, tracing.AttrCredits.Int64(charged))
 	failed := s.rehost(ctx, req, out)
 	bucket, status := out.Bucket, out.Status
 	if ctx.Err() != nil {
@@ -295,8 +295,7 @@ func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provide
 // reservation is settled for charged and the lease released, on detached,
 // bounded contexts.
 func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64) {
-	ctx, span := tracing.Start(ctx, "router.settle", trace.WithAttributes(tracing.AttrCredits.Int64(charged)))
-	defer span.End()
+	defer tracing.Phase(trace.SpanFromContext(ctx), "router.settle", time.Now(), tracing.AttrCredits.Int64(charged))
 	metrics.RouterSpendSettled.Add(float64(charged))
 	s.settleCredits(ctx, lease.ID, charged)
 	s.releaseLease(ctx, lease)
