@@ -142,6 +142,17 @@ func TestJobTraceAcrossGateways(t *testing.T) {
 		}
 	}
 
+	// The WebSocket handshakes carried a traceparent too (comfyui.connect).
+	var ws int
+	for _, tr := range peer.TraceParents() {
+		if tr.Path == "/ws" {
+			ws++
+		}
+	}
+	if ws == 0 {
+		t.Errorf("no WebSocket handshake carried a traceparent: %v", peer.TraceParents())
+	}
+
 	// The peer got the trace's context on POST /prompt, from comfyui.send.
 	send := one("comfyui.send")
 	wantTP := "00-" + send.TraceID + "-" + send.SpanID + "-01"
