@@ -91,6 +91,10 @@ type Job struct {
 	// Credits is what the job reserved and was charged; nil for a job
 	// created without a Price.
 	Credits *JobCredits
+	// TraceParent is the W3C traceparent of the submit's span (migration
+	// 0014), which the attempts' spans continue; "" when the job was
+	// submitted without tracing. Only ClaimJob fills it.
+	TraceParent string
 }
 
 // Output is one committed output of a job: an asset with its node and kind.
@@ -134,6 +138,9 @@ type NewJob struct {
 	// insert, or CreateJob returns ErrInsufficientCredits and records
 	// nothing. Concurrent creates never take the balance below zero.
 	Price *JobPrice
+	// TraceParent, when set, is the W3C traceparent of the submit's span,
+	// kept with the job so its attempts join the submit's trace.
+	TraceParent string
 }
 
 // NewOutput is an output an attempt commits: the asset to create (its

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/idem"
 	"github.com/comfygate/comfygate/internal/ingest"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
 )
@@ -84,8 +86,19 @@ func (s *Service) expiry(expiresIn int) (*time.Time, error) {
 // Upload ingests a multipart upload body for account. Nothing is left
 // behind on any failure: the staged bytes are discarded unless a record
 // commits over them.
-func (s *Service) Upload(ctx context.Context, account string, body io.Reader, contentType string) (Result, error) {
-	req, err := ingest.Parse(ctx, body, contentType, s.Blobs, ingest.Limits{MaxBytes: s.MaxUploadBytes})
+//
+// Its asset.upload span has two children: asset.receive, the one pass that
+// reads the body, hashes it (blake3) and streams it into the blob store,
+// and asset.commit, the row and the bytes' publication at their address.
+func (s *Service) Upload(ctx context.Context, account string, body io.Reader, contentType string) (_ Result, err error) {
+	ctx, span := tracing.Start(ctx, "asset.upload")
+	defer tracing.End(span, &err)
+	rctx, receive := tracing.Start(ctx, "asset.receive")
+	req, err := ingest.Parse(rctx, body, contentType, s.Blobs, ingest.Limits{MaxBytes: s.MaxUploadBytes})
+	if err == nil && receive.IsRecording() {
+		receive.SetAttributes(attribute.Int64("comfygate.asset.size", req.Size))
+	}
+	tracing.End(receive, &err)
 	if err != nil {
 		return Result{}, err
 	}
@@ -97,7 +110,8 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 	if err := idem.Reach(ctx); err != nil {
 		return Result{}, err
 	}
-	created, err := s.Store.CreateAsset(ctx, storage.NewAsset{
+	cctx, commit := tracing.Start(ctx, "asset.commit")
+	created, err := s.Store.CreateAsset(cctx, storage.NewAsset{
 		ID:             storage.NewID(),
 		AccountID:      account,
 		Hash:           req.Hash,
@@ -109,9 +123,11 @@ func (s *Service) Upload(ctx context.Context, account string, body io.Reader, co
 		ExpiresAt:      expires,
 		IdempotencyKey: idem.KeyOf(ctx),
 	}, req.Upload)
+	tracing.End(commit, &err)
 	if err != nil {
 		return Result{}, storeErr(err)
 	}
+	span.SetAttributes(tracing.AttrAssetID.String(created.Asset.ID))
 	return Result{Asset: created.Asset, New: true, CreatedNew: !created.AccountHadBlob}, nil
 }
 

@@ -9,9 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/workflow"
 )
 
@@ -163,6 +166,7 @@ func (a *attempt) handle(ctx context.Context, e event) (done bool, err error) {
 		Output map[string]json.RawMessage `json:"output"`
 	}
 	_ = json.Unmarshal(e.data, &d)
+	a.traceEvent(ctx, e.typ, d.Node)
 	switch e.typ {
 	case "execution_cached":
 		var ids []string
@@ -399,5 +403,28 @@ func (a *attempt) stopOnWorker(ctx context.Context) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			a.log.Debug("interrupting a prompt", zap.Error(err))
 		}
+	}
+}
+
+// traceEvent adds a worker message to the attempt's comfyui.run span: the
+// start, each node's start and end (with its id and class), and the end.
+// Progress steps are left out (one per sampler step).
+func (a *attempt) traceEvent(ctx context.Context, typ string, node *string) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	switch typ {
+	case "execution_start", "execution_cached", "execution_success", "execution_error", "execution_interrupted":
+		span.AddEvent(typ)
+	case "executing", "executed":
+		if node == nil {
+			return
+		}
+		attrs := []attribute.KeyValue{tracing.AttrNodeID.String(*node)}
+		if n, ok := a.graph[*node]; ok {
+			attrs = append(attrs, tracing.AttrNodeClass.String(n.ClassType))
+		}
+		span.AddEvent("node."+typ, trace.WithAttributes(attrs...))
 	}
 }

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
@@ -69,13 +71,21 @@ func (a *attempt) execute(ctx context.Context) error {
 	}
 	a.w.register(a)
 	defer a.w.unregister(a)
-	err := a.submit(ctx)
+	sctx, send := tracing.Start(ctx, "comfyui.send", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(tracing.AttrWorker.String(a.w.base.Host)))
+	err := a.submit(sctx)
+	tracing.End(send, &err)
 	if err == nil {
-		err = a.follow(ctx)
+		// The prompt is queued on the worker: comfyui.run follows it
+		// there, a span event per node, output ingest as children.
+		rctx, run := tracing.Start(ctx, "comfyui.run", trace.WithAttributes(tracing.AttrWorker.String(a.w.base.Host)))
+		run.AddEvent("queued")
+		err = a.follow(rctx)
 		var lost *jobs.WorkerLostError
 		if a.logs != nil && !errors.As(err, &lost) {
 			a.awaitTimingLine()
 		}
+		tracing.End(run, &err)
 	}
 	a.p.cleanupLater(a.w, a.promptID, a.historySeen)
 	return err

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+
+	"github.com/comfygate/comfygate/internal/tracing"
 )
 
 // maxJSONBody bounds a JSON answer read into memory (/object_info of a
@@ -38,6 +40,7 @@ func (w *worker) do(ctx context.Context, method, route string, query url.Values,
 		return nil, err
 	}
 	req.Header = w.headers()
+	tracing.Inject(ctx, req.Header)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -15,8 +15,10 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/workflow"
 )
 
@@ -365,10 +367,16 @@ func (w *worker) dial(ctx context.Context) (*websocket.Conn, error) {
 	}
 	u.Path = strings.TrimRight(u.Path, "/") + "/ws"
 	u.RawQuery = url.Values{"clientId": {w.clientID}}.Encode()
+	ctx, span := tracing.Start(ctx, "comfyui.connect", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(tracing.AttrWorker.String(w.base.Host)))
+	defer span.End()
 	dctx, cancel := context.WithTimeout(ctx, w.pool.cfg.RequestTimeout)
 	defer cancel()
-	conn, _, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{HTTPHeader: w.headers(), HTTPClient: w.http})
+	header := w.headers()
+	tracing.Inject(ctx, header)
+	conn, _, err := websocket.Dial(dctx, u.String(), &websocket.DialOptions{HTTPHeader: header, HTTPClient: w.http})
 	if err != nil {
+		tracing.Fail(span, err)
 		return nil, fmt.Errorf("websocket: %w", err)
 	}
 	conn.SetReadLimit(wsReadLimit)

@@ -11,9 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -146,6 +149,7 @@ func (d *Dispatcher) work(ctx context.Context) {
 				d.active.Add(-1)
 				break // the pool has no free slot; a finished attempt kicks
 			}
+			claimStart := time.Now()
 			job, err := d.claim(ctx)
 			if err != nil {
 				break
@@ -158,7 +162,7 @@ func (d *Dispatcher) work(ctx context.Context) {
 			if runCtx == nil {
 				runCtx = ctx
 			}
-			d.runJob(runCtx, job)
+			d.runJob(runCtx, job, claimStart)
 			if d.Slots != nil {
 				d.active.Add(-1)
 				d.kick()
@@ -183,11 +187,22 @@ func (d *Dispatcher) claim(ctx context.Context) (storage.Job, error) {
 	return job, err
 }
 
-// runJob runs one attempt and records how it ended.
-func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
+// runJob runs one attempt and records how it ended. Its job.dispatch
+// span (from claimStart, when the claim began) continues the submit's
+// trace (job.TraceParent) as a child of the job.submit span, whichever
+// process submitted the job; job.claim and job.execute are its children.
+func (d *Dispatcher) runJob(parent context.Context, job storage.Job, claimStart time.Time) {
 	log := d.Logger.With(zap.String("job_id", job.ID), zap.Int("attempt", job.Attempt))
+	tctx, span := tracing.Start(tracing.WithTraceParent(parent, job.TraceParent), "job.dispatch",
+		trace.WithTimestamp(claimStart), trace.WithAttributes(tracing.AttrJobID.String(job.ID),
+			tracing.AttrAttempt.Int(job.Attempt), tracing.AttrPool.String(job.Pool)))
+	defer span.End()
+	if span.IsRecording() {
+		_, claimed := tracing.Start(tctx, "job.claim", trace.WithTimestamp(claimStart))
+		claimed.End()
+	}
 	publishStatus(parent, d.Bus, job)
-	runCtx, cancel := context.WithCancelCause(parent)
+	runCtx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 
 	watch := d.Bus.Subscribe(job.ID)
@@ -202,8 +217,17 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 	graph, err := workflow.DecodeGraph(job.Workflow)
 	if err == nil {
 		run.Graph = graph
-		err = d.Exec.Execute(runCtx, run)
+		ectx, exec := tracing.Start(runCtx, "job.execute")
+		err = d.Exec.Execute(ectx, run)
+		tracing.End(exec, &err)
 	}
+	defer func() {
+		if span.IsRecording() {
+			if st := context.Cause(runCtx); errors.Is(st, errLeaseLost) {
+				span.SetAttributes(tracing.AttrStatus.String("lease_lost"))
+			}
+		}
+	}()
 	cancel(nil)
 	<-hbDone
 	cause := context.Cause(runCtx)
@@ -234,6 +258,7 @@ func (d *Dispatcher) runJob(parent context.Context, job storage.Job) {
 		status, jobErr = storage.JobFailed, ErrorJSON("execution_failed", "the job could not be executed")
 		run.Log.Printf("the job could not be executed")
 	}
+	span.SetAttributes(tracing.AttrStatus.String(status))
 	d.saveLog(parent, job, run.Log, log)
 	done, err := d.Store.FinishJob(context.WithoutCancel(parent), job.ID, job.Attempt, status, jobErr)
 	if errors.Is(err, storage.ErrLeaseLost) {
@@ -374,8 +399,17 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 	}
 }
 
-// commitOutput stores an output's bytes and records it as the job's asset.
-func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f OutputFile) (storage.Output, error) {
+// commitOutput stores an output's bytes and records it as the job's asset,
+// in a job.output span.
+func (d *Dispatcher) commitOutput(ctx context.Context, job storage.Job, f OutputFile) (out storage.Output, err error) {
+	ctx, span := tracing.Start(ctx, "job.output", trace.WithAttributes(
+		tracing.AttrNodeID.String(f.NodeID), attribute.String("comfygate.output.type", f.Type)))
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(tracing.AttrAssetID.String(out.Asset.ID), attribute.Int64("comfygate.output.size", out.Asset.SizeBytes))
+		}
+		tracing.End(span, &err)
+	}()
 	rc, err := f.Open(ctx)
 	if err != nil {
 		return storage.Output{}, fmt.Errorf("opening output %s: %w", f.Name, err)

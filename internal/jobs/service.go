@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/idem"
 	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -88,29 +91,19 @@ func (s *Service) Submit(ctx context.Context, account string, body []byte) (stor
 
 // SubmitWithID is Submit with the job id chosen by the caller (a UUID; a
 // used one is refused as storage refuses it, with ErrDuplicate).
-func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []byte) (storage.Job, error) {
-	sub, err := workflow.ParseSubmit(body, s.Config.Limits)
+func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []byte) (job storage.Job, err error) {
+	ctx, span := tracing.Start(ctx, "job.submit", trace.WithAttributes(
+		tracing.AttrJobID.String(id), tracing.AttrPool.String(s.Config.Pool)))
+	defer tracing.End(span, &err)
+	sub, err := s.validate(ctx, account, body)
 	if err != nil {
-		return storage.Job{}, err
-	}
-	cat, err := s.Catalog(ctx)
-	if err != nil {
-		if _, typed := apierr.As(err); typed {
-			return storage.Job{}, err // e.g. 503 while no worker of the pool answers
-		}
-		return storage.Job{}, apierr.Upstream(fmt.Errorf("loading the node catalog: %w", err))
-	}
-	resolved, err := s.resolveAssets(ctx, account, sub.Workflow, cat)
-	if err != nil {
-		return storage.Job{}, err
-	}
-	if err := workflow.Validate(sub.Workflow, cat, workflow.WithResolvedInputs(resolved)); err != nil {
 		return storage.Job{}, err
 	}
 	if err := idem.Reach(ctx); err != nil {
 		return storage.Job{}, err
 	}
-	job, err := s.Store.CreateJob(ctx, storage.NewJob{
+	cctx, commit := tracing.Start(ctx, "job.commit")
+	job, err = s.Store.CreateJob(cctx, storage.NewJob{
 		ID:             id,
 		AccountID:      account,
 		Pool:           s.Config.Pool,
@@ -123,7 +116,9 @@ func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []b
 		// a batch, so priced and bounded submissions still batch.
 		AccountMaxQueued: s.Config.AccountMaxQueued,
 		Price:            s.Config.Price,
+		TraceParent:      tracing.TraceParent(ctx),
 	})
+	tracing.End(commit, &err)
 	switch {
 	case errors.Is(err, storage.ErrAccountQueueFull):
 		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
@@ -146,8 +141,42 @@ func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []b
 		s.ExtraData.Put(job.ID, sub.ExtraData)
 	}
 	// The job is durable; a lost wake-up only delays it until the next poll.
+	enqueued := time.Now()
 	_ = s.Bus.Publish(context.WithoutCancel(ctx), bus.Event{JobID: job.ID, Kind: "queued", Pool: job.Pool})
+	tracing.Phase(span, "job.enqueue", enqueued)
 	return job, nil
+}
+
+// validate parses body and checks its workflow against the pool's catalog
+// and the caller's assets; a job.validate event on the submit's span.
+func (s *Service) validate(ctx context.Context, account string, body []byte) (sub *workflow.Submission, err error) {
+	start := time.Now()
+	defer func() {
+		if err != nil {
+			tracing.Phase(trace.SpanFromContext(ctx), "job.validate", start, semconv.ErrorTypeKey.String(errorType(err)))
+			return
+		}
+		tracing.Phase(trace.SpanFromContext(ctx), "job.validate", start)
+	}()
+	sub, err = workflow.ParseSubmit(body, s.Config.Limits)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := s.Catalog(ctx)
+	if err != nil {
+		if _, typed := apierr.As(err); typed {
+			return nil, err // e.g. 503 while no worker of the pool answers
+		}
+		return nil, apierr.Upstream(fmt.Errorf("loading the node catalog: %w", err))
+	}
+	resolved, err := s.resolveAssets(ctx, account, sub.Workflow, cat)
+	if err != nil {
+		return nil, err
+	}
+	if err := workflow.Validate(sub.Workflow, cat, workflow.WithResolvedInputs(resolved)); err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
 
 // resolveAssets checks every asset reference against the caller's assets
@@ -266,7 +295,9 @@ func (s *Service) QueuePosition(ctx context.Context, j storage.Job) (*int, error
 }
 
 // Cancel requests cancellation and returns the job as it now stands.
-func (s *Service) Cancel(ctx context.Context, account, id string) (storage.Job, error) {
+func (s *Service) Cancel(ctx context.Context, account, id string) (_ storage.Job, err error) {
+	ctx, span := tracing.Start(ctx, "job.cancel", trace.WithAttributes(tracing.AttrJobID.String(id)))
+	defer tracing.End(span, &err)
 	if _, err := uuid.Parse(id); err != nil {
 		return storage.Job{}, jobNotFound()
 	}
@@ -366,4 +397,13 @@ func (s *Service) CancelDeployment(ctx context.Context, deploymentID string) ([]
 		publishStatus(context.WithoutCancel(ctx), s.Bus, j)
 	}
 	return changed, nil
+}
+
+// errorType is an error's code for a span: the API error code when it is
+// one (bounded), else "internal".
+func errorType(err error) string {
+	if e, ok := apierr.As(err); ok {
+		return e.Code
+	}
+	return "internal"
 }

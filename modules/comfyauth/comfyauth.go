@@ -128,7 +128,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return err
 		}
 	}
-	caddyhttp.SetVar(r.Context(), "comfygate.account", p.AccountID)
+	comfygate.SetPlaceholder(r, comfygate.PlaceholderAccount, p.AccountID)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.auth.user.id", p.AccountID)
 	}

@@ -173,7 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if found && !scope.PoolReady {
 		scope.NoWorker = func() int { return h.app.RecordDemand(r.Context(), d.Pool, time.Duration(h.RetryAfter)) }
 	}
-	caddyhttp.SetVar(r.Context(), "comfygate.deployment", id)
+	comfygate.SetPlaceholder(r, comfygate.PlaceholderDeployment, id)
 	ctx := httpx.WithMount(deployments.WithScope(r.Context(), scope), mount)
 	return next.ServeHTTP(w, r.WithContext(ctx))
 }

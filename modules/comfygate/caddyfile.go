@@ -131,6 +131,11 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := a.JobsConfig.unmarshalCaddyfile(d); err != nil {
 				return err
 			}
+		case "tracing":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.Tracing = true
 		case "reaper":
 			if a.Reaper == nil {
 				a.Reaper = &ReaperConfig{}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/assets"
 	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -64,16 +65,23 @@ type App struct {
 	// Reaper bounds the retention sweeps (rows per statement, pause between
 	// statements). Default 500 rows, 100ms.
 	Reaper *ReaperConfig `json:"reaper,omitempty"`
+	// Tracing turns on OpenTelemetry spans for uploads, jobs (one trace per
+	// job, across processes) and router calls, exported as the standard
+	// OTEL_* environment variables say (OTLP over HTTP to
+	// OTEL_EXPORTER_OTLP_ENDPOINT by default). Off by default. See
+	// docs/observability.md.
+	Tracing bool `json:"tracing,omitempty"`
 
-	ctx       caddy.Context
-	logger    *zap.Logger
-	key       string
-	res       *resources
-	executors map[string]poolExecutor
-	poolKeys  []string
-	stopping  chan struct{}
-	stopOnce  *sync.Once
-	cancel    context.CancelFunc
+	ctx         caddy.Context
+	logger      *zap.Logger
+	stopTracing func(context.Context) error
+	key         string
+	res         *resources
+	executors   map[string]poolExecutor
+	poolKeys    []string
+	stopping    chan struct{}
+	stopOnce    *sync.Once
+	cancel      context.CancelFunc
 	// cancelRuns and runCtx govern running attempts (see Start).
 	cancelRuns context.CancelFunc
 	runCtx     context.Context
@@ -117,6 +125,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
 	a.applyDefaults()
+	if a.Tracing {
+		release, err := tracing.Enable(ctx, "comfygate", version.Read().Version)
+		if err != nil {
+			return err
+		}
+		a.stopTracing = release
+	}
 	if err := a.provisionPools(); err != nil {
 		return err
 	}
@@ -332,6 +347,12 @@ func (a *App) Stop() error {
 // resources and pools.
 func (a *App) Cleanup() error {
 	var errs []error
+	if a.stopTracing != nil {
+		// Export what is buffered, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, a.stopTracing(ctx))
+		cancel()
+	}
 	for _, k := range a.poolKeys {
 		_, err := pool.Delete(k)
 		errs = append(errs, err)

@@ -106,6 +106,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return err
 	}
 	parts := strings.Split(rest, "/")
+	if len(parts) > 1 {
+		comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, parts[1])
+	}
 	switch {
 	case len(parts) == 1:
 		switch r.Method {
@@ -191,6 +194,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 	if err != nil {
 		return err
 	}
+	comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, j.ID)
 	if scope != nil {
 		if j, err = h.cancelIfStopped(r, svc, p, scope, j); err != nil {
 			return err

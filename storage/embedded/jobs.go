@@ -98,11 +98,11 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO jobs
 			(id, account_id, pool, status, workflow, created_at, expires_at, idempotency_key, deployment_id, turn,
-				price_per_job, price_per_second, reserved_credits)
-			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				price_per_job, price_per_second, reserved_credits, trace_parent)
+			VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			j.ID, j.AccountID, j.Pool, string(j.Workflow), formatTime(job.CreatedAt),
 			formatTime(job.ExpiresAt), nullString(j.IdempotencyKey), nullString(j.DeploymentID), turn,
-			perJob, perSecond, reserved)
+			perJob, perSecond, reserved, nullString(j.TraceParent))
 		if isUniqueViolation(err) {
 			return fmt.Errorf("embedded: insert job: %w", storage.ErrDuplicate)
 		}

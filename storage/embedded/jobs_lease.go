@@ -40,8 +40,14 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		if err := dropEarlierOutputs(ctx, tx, id, remove); err != nil {
 			return err
 		}
-		job, err = loadJob(ctx, tx, `id = ?`, id)
-		return err
+		if job, err = loadJob(ctx, tx, `id = ?`, id); err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, `SELECT coalesce(trace_parent, '') FROM jobs WHERE id = ?`, id).Scan(&job.TraceParent)
+		if err != nil {
+			return fmt.Errorf("embedded: claim job: %w", err)
+		}
+		return nil
 	})
 	return job, err
 }

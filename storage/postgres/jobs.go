@@ -68,7 +68,7 @@ func jsonParam(b json.RawMessage) *string {
 // Parameters: $1 id, $2 account, $3 pool, $4 workflow, $5 expires_at, $6
 // idempotency key, $7 the pool's bound, $8 the account's bound (<= 0:
 // none), $9 the reserve (<= 0: unpriced), $10 per job, $11 per second,
-// $12 the deployment (” for none).
+// $12 the deployment (” for none), $13 the traceparent (” for none).
 //
 // q sums the pool's shard rows in queue_counts (migration 0004), which
 // triggers on jobs keep equal to its queued jobs: at most 64 rows whatever
@@ -98,9 +98,9 @@ var createJobSQL = `WITH q AS (
 			AND NOT (SELECT pool_full OR account_full FROM v)
 		RETURNING account_id),
 	ins AS (INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, turn,
-			price_per_job, price_per_second, reserved_credits, deployment_id)
+			price_per_job, price_per_second, reserved_credits, deployment_id, trace_parent)
 		SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6, v.turn, ` + priceValues("$9::bigint", "$10::bigint", "$11::bigint") + `,
-			nullif($12, '')
+			nullif($12, ''), nullif($13, '')
 		FROM v WHERE NOT v.pool_full AND NOT v.account_full AND ($9::bigint <= 0 OR EXISTS (SELECT 1 FROM paid))
 		RETURNING id, account_id, created_at, expires_at),
 	entry AS (INSERT INTO credit_entries (account_id, kind, amount, job_id)
@@ -227,7 +227,7 @@ func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, e
 		ahead                 int64
 	)
 	err := s.pool.QueryRow(ctx, createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
-		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID).
+		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID, j.TraceParent).
 		Scan(&poolFull, &accountFull, &id, &created, &expires, &ahead)
 	if err != nil {
 		return storage.Job{}, mapErr("create job", err)

@@ -49,8 +49,9 @@ const (
 // other), so a free batch carries none of the ledger's work. Parameters:
 // $1 pool, $2..$6 parallel arrays (id, account_id, workflow, expires_at,
 // idempotency_key), $7 the pool's bound and $8 the account's bound (<= 0:
-// none), $9 an array of deployment ids (” for none), and for priced
-// batches $10..$12 arrays (reserve, per job, per second).
+// none), $9 an array of deployment ids (” for none), $10 an array of
+// traceparents (” for none), and for priced batches $11..$13 arrays
+// (reserve, per job, per second).
 //
 // Like createJobSQL it reads the pool's queued count once (q) and admits
 // rows, in array order, while count + ordinal stays within the pool's bound
@@ -67,7 +68,7 @@ func batchSQL(priced bool) string {
 	arrays, columns, cum, funds, fundsJoin, covered := "", "", "", "", "", ""
 	priceCols, priceVals, returning, ledger := "", "", "", ""
 	if priced {
-		arrays = `, $10::bigint[], $11::bigint[], $12::bigint[]`
+		arrays = `, $11::bigint[], $12::bigint[], $13::bigint[]`
 		columns = `, reserve, per_job, per_second`
 		cum = `, sum(u.reserve) OVER w AS cum`
 		funds = `
@@ -89,8 +90,8 @@ func batchSQL(priced bool) string {
 		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $1),
 	` + queueEnds("$1") + `,
 	r AS (SELECT u.*, row_number() OVER w AS arank` + cum + `
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $9::text[]` + arrays + `)
-			WITH ORDINALITY AS u(id, account_id, workflow, expires_at, idempotency_key, deployment_id` + columns + `, ord)
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $9::text[], $10::text[]` + arrays + `)
+			WITH ORDINALITY AS u(id, account_id, workflow, expires_at, idempotency_key, deployment_id, trace_parent` + columns + `, ord)
 		WINDOW w AS (PARTITION BY u.account_id ORDER BY u.ord)),
 	accts AS (SELECT a.account_id,
 			coalesce(` + lastTurn("$1", "a.account_id") + ` + 1, (SELECT front FROM ends), 0) AS base,
@@ -102,9 +103,9 @@ func batchSQL(priced bool) string {
 		WHERE ($7::bigint <= 0 OR q.queued + r.ord <= $7::bigint)
 			AND ($8::bigint <= 0 OR accts.queued + r.arank <= $8::bigint)` + covered + `),
 	ins AS (INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, deployment_id,
-			turn` + priceCols + `)
+			trace_parent, turn` + priceCols + `)
 		SELECT ok.id::uuid, ok.account_id, $1, 'queued', ok.workflow::json, ok.expires_at, ok.idempotency_key,
-			nullif(ok.deployment_id, ''), ok.turn` + priceVals + `
+			nullif(ok.deployment_id, ''), nullif(ok.trace_parent, ''), ok.turn` + priceVals + `
 		FROM ok ORDER BY ok.ord
 		ON CONFLICT DO NOTHING
 		RETURNING id, account_id, created_at, expires_at, turn` + returning + `)` + ledger + `
@@ -158,11 +159,12 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	n := len(reqs)
 	ids, accounts, workflows := make([]string, n), make([]string, n), make([]string, n)
 	expires, keys, deployments := make([]time.Time, n), make([]*string, n), make([]string, n)
+	traces := make([]string, n)
 	reserves, perJob, perSecond := make([]int64, n), make([]int64, n), make([]int64, n)
 	byID := make(map[string]*createReq, n)
 	for i, r := range reqs {
 		ids[i], accounts[i], workflows[i], expires[i] = r.j.ID, r.j.AccountID, string(r.j.Workflow), r.j.ExpiresAt
-		deployments[i] = r.j.DeploymentID
+		deployments[i], traces[i] = r.j.DeploymentID, r.j.TraceParent
 		if r.j.IdempotencyKey != "" {
 			keys[i] = &r.j.IdempotencyKey
 		}
@@ -170,7 +172,7 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 		byID[canonicalUUID(r.j.ID)] = r // the form id::text returns
 	}
 	first := reqs[0].j
-	args := []any{first.Pool, ids, accounts, workflows, expires, keys, first.MaxQueued, first.AccountMaxQueued, deployments}
+	args := []any{first.Pool, ids, accounts, workflows, expires, keys, first.MaxQueued, first.AccountMaxQueued, deployments, traces}
 	priced := first.Price != nil
 	if priced {
 		args = append(args, reserves, perJob, perSecond)

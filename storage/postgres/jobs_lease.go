@@ -48,11 +48,12 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		pick = `(` + fairPickSQL + `)`
 		args = append(args, accountMaxRunning)
 	}
+	var traceParent string
 	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET status = 'running', attempt = attempt + 1,
 			lease_owner = $2, lease_expires_at = now() + $3::bigint * interval '1 microsecond',
 			started_at = coalesce(started_at, now()), attempt_started_at = now(), progress = NULL
 		WHERE status = 'queued' AND id = `+pick+`
-		RETURNING `+jobColumns, args...))
+		RETURNING `+jobColumns+`, coalesce(trace_parent, '')`, args...), &traceParent)
 	if err != nil {
 		return storage.Job{}, mapErr("claim job", err)
 	}
@@ -60,6 +61,7 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		return storage.Job{}, fmt.Errorf("postgres: claim job: %w", err)
 	}
 	job.Outputs = []storage.Output{} // a new attempt starts with none
+	job.TraceParent = traceParent
 	if err := tx.Commit(ctx); err != nil {
 		return storage.Job{}, mapErr("claim job: commit", err)
 	}

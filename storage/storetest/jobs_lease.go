@@ -3,6 +3,8 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ var jobLeaseCases = []storeCase{
 	{"ExpireJobs", testExpireJobs},
 	{"ExpireJobsManyAtOnce", testExpireJobsManyAtOnce},
 	{"AssetInUse", testAssetInUse},
+	{"TraceParentKept", testTraceParentKept},
 }
 
 // newOutput returns an output over hash for node.
@@ -541,5 +544,45 @@ func testExpireJobsManyAtOnce(t *testing.T, st storage.Store) {
 	left, err := st.ListJobs(ctx(t), account, storage.JobQuery{Limit: 100, Statuses: []string{storage.JobQueued}})
 	if err != nil || len(left) != 0 {
 		t.Fatalf("queued jobs left after expiring all: %d, %v", len(left), err)
+	}
+}
+
+// testTraceParentKept: the traceparent a job is created with (migration
+// 0014) comes back with its claim, for jobs created alone and many at once
+// (a backend may batch concurrent creates); a job created without one is
+// claimed with none.
+func testTraceParentKept(t *testing.T, st storage.Store) {
+	fs := newFakeFS()
+	account, pool := newID(), newID()
+	const n = 12
+	want := map[string]string{}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		j := newJob(account, pool)
+		if i > 0 { // the first has none
+			j.TraceParent = fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)
+		}
+		want[j.ID] = j.TraceParent
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := st.CreateJob(ctx(t), j); err != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Errorf("CreateJob: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	for range n {
+		job := mustClaim(t, st, fs, pool)
+		tp, ok := want[job.ID]
+		if !ok {
+			t.Fatalf("claimed an unknown job %s", job.ID)
+		}
+		if job.TraceParent != tp {
+			t.Errorf("job %s claimed with TraceParent %q, want %q", job.ID, job.TraceParent, tp)
+		}
 	}
 }

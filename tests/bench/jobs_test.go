@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/comfygate/comfygate/storage/pgtest"
+	"github.com/comfygate/comfygate/tests/peers/otlp"
 )
 
 // apiOnlyGlobal is a Postgres+Redis gateway that queues jobs but runs none,
@@ -124,7 +125,19 @@ func TestBenchSubmitThroughput(t *testing.T) {
 	rounds := envInt("COMFYGATE_BENCH_ROUNDS", 3)
 	dur := time.Duration(envInt("COMFYGATE_BENCH_SECONDS", 5)) * time.Second
 	dsn := pgtest.DSN(t)
-	g, gwPID := startGateway(t, apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""))
+	// COMFYGATE_BENCH_TRACING=1 turns tracing on (100 % sampling) in
+	// "gateway" only, exporting to an OTLP receiver in this process; with
+	// COMFYGATE_BENCH_BASE_BIN naming the same binary, "gateway@base" is
+	// the same build with tracing off, in the same rounds.
+	global, env := apiOnlyGlobal(dsn, pgtest.RedisURL(t), ""), []string(nil)
+	var spans *otlp.Receiver
+	if os.Getenv("COMFYGATE_BENCH_TRACING") != "" {
+		spans = otlp.StartCounter(t)
+		global += "\n\t\ttracing"
+		// The batch processor at its default pace, as in production.
+		env = append(spans.Env(), "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=5000")
+	}
+	g, gwPID := startGateway(t, global, env...)
 	wf := chainWorkflow(10)
 	body := submitBody(wf)
 
@@ -275,6 +288,9 @@ func TestBenchSubmitThroughput(t *testing.T) {
 		if xs := gwCPU[name]; len(xs) > 0 {
 			fmt.Fprintf(&sb, "| %s CPU per job (raw client) | %.0f µs [%.0f–%.0f] |\n", name, Median(xs), slicesMin(xs), slicesMax(xs))
 		}
+	}
+	if spans != nil {
+		fmt.Fprintf(&sb, "| OTLP bytes exported by gateway (tracing on) | %d |\n", spans.Count())
 	}
 	t.Log(sb.String())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/tests/gateway"
+	"github.com/comfygate/comfygate/tests/peers/otlp"
 	"github.com/comfygate/comfygate/tests/peers/partner"
 )
 
@@ -44,7 +45,18 @@ func TestRouterOverheadBenchmark(t *testing.T) {
 	proxyPort := gateway.FreePort(t)
 	adminPort := gateway.FreePort(t)
 	prefix := pgtest.KeyPrefix(t)
-	cfg := gateway.RouterConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q", pgtest.DSN(t), pgtest.RedisURL(t)),
+	// ROUTER_BENCH_TRACING=1 turns tracing on (100 % sampling) in the main
+	// gateway only, exporting to an OTLP receiver in this process; with
+	// ROUTER_BENCH_BASE_BIN naming the same binary, @base is the same
+	// build with tracing off, in the same rounds.
+	tracingLine, tracingEnv := "", []string(nil)
+	var spans *otlp.Receiver
+	if os.Getenv("ROUTER_BENCH_TRACING") != "" {
+		spans = otlp.StartCounter(t)
+		// The batch processor at its default pace, as in production.
+		tracingLine, tracingEnv = "\n\t\ttracing", append(spans.Env(), "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=5000")
+	}
+	cfg := gateway.RouterConfig(fmt.Sprintf("storage postgres %q\n\t\tredis %q", pgtest.DSN(t), pgtest.RedisURL(t))+tracingLine,
 		gateway.RouterSite{Admin: fmt.Sprintf("127.0.0.1:%d", adminPort), JWTSecret: jwtSecret, Catalog: catalogPath,
 			Options: []string{"redis_prefix " + prefix, "max_in_flight 1000", "spend_ceiling_cents 100000"}})
 	cfg += fmt.Sprintf(`
@@ -54,7 +66,7 @@ http://:%d {
 }
 `, proxyPort, strings.TrimPrefix(peerURL, "http://"))
 	gwEnv := strings.Fields(os.Getenv("ROUTER_BENCH_GATEWAY_ENV"))
-	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: gwEnv})
+	g := gateway.Start(t, cfg, gateway.Options{Dir: dir, Env: append(slices.Clone(gwEnv), tracingEnv...)})
 	// ROUTER_BENCH_BASE_BIN: a second gateway of another binary (same
 	// catalog and limits, keys of its own, no proxy site) is measured in the
 	// same rounds as (c)@base and (c')@base: an A/B of two builds in one run.
@@ -246,6 +258,9 @@ http://:%d {
 		fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.1f |\n", targets[i].name, medf(gw1[i]), medf(evalsha1[i]), medf(evalsha32[i]), medf(redisUsec[i]))
 	}
 	out.WriteString("(EVALSHA per request is Redis round trips per request when every call is of one workspace; INFO commandstats counts any other client of the server too)\n")
+	if spans != nil {
+		fmt.Fprintf(&out, "OTLP bytes exported by the main gateway (tracing on): %d\n", spans.Count())
+	}
 	t.Log(out.String())
 	prefixes := []string{prefix}
 	if base != nil {

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
@@ -30,6 +32,7 @@ import (
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/internal/router/provider"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -226,8 +229,23 @@ func retryAfterSeconds(d time.Duration) int {
 
 // Call runs req. It returns a Response for anything the partner answered
 // (or a replay), and an *apierr.Error for the router's own refusals.
-func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
+func (s *Service) Call(ctx context.Context, req Request) (resp *Response, err error) {
 	m := req.Model
+	ctx, span := tracing.Start(ctx, "router.call", trace.WithAttributes(
+		tracing.AttrCallID.String(req.RequestID), semconv.GenAIRequestModel(m.ID)))
+	defer func() {
+		if span.IsRecording() {
+			if e, ok := apierr.As(err); ok {
+				span.SetAttributes(tracing.AttrBucket.String(e.Code), semconv.HTTPResponseStatusCode(e.Status))
+			} else if resp != nil {
+				span.SetAttributes(semconv.HTTPResponseStatusCode(resp.Status))
+				if resp.Bucket != "" {
+					span.SetAttributes(tracing.AttrBucket.String(resp.Bucket))
+				}
+			}
+		}
+		tracing.End(span, &err)
+	}()
 	rec := storage.RouterCall{
 		RequestID: req.RequestID, WorkspaceID: req.Workspace, ModelID: m.ID,
 		State:         storage.RouterRunning,
@@ -246,17 +264,21 @@ func (s *Service) Call(ctx context.Context, req Request) (*Response, error) {
 	// A keyed call's record can be taken over by a same-key retry, which
 	// settles the lease by the call's id (limits.Resume).
 	call := limits.Call{ID: req.RequestID, Cents: m.PriceCents, Resumable: keyed}
+	admitting := time.Now()
 	lease, err := s.cfg.Limiter.Admit(ctx, req.Workspace, call, s.cfg.Limits)
 	if err != nil {
 		e := admissionError(err)
+		tracing.Phase(span, "router.admission", admitting, tracing.AttrBucket.String(e.Code))
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}
 	if e := s.reserveCredits(ctx, req); e != nil {
+		tracing.Phase(span, "router.admission", admitting, tracing.AttrBucket.String(e.Code))
 		s.releaseLease(ctx, lease)
 		s.refused(ctx, rec, keyed, e)
 		return nil, e
 	}
+	tracing.Phase(span, "router.admission", admitting)
 	metrics.RouterSpendReserved.Add(float64(m.PriceCents))
 	return s.dispatch(ctx, req, rec, lease)
 }

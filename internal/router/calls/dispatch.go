@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
@@ -14,6 +15,7 @@ import (
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/router/limits"
 	"github.com/comfygate/comfygate/internal/router/provider"
+	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -111,7 +113,9 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	// admission through this gateway runs after it, so the caller's next
 	// call never finds this one still holding its slot or its cents.
 	stopKeep()
+	settling := time.Now()
 	s.settleOrdered(lease, charged)
+	tracing.Phase(trace.SpanFromContext(ctx), "router.settle", settling, tracing.AttrCredits.Int64(charged))
 	failed := s.rehost(ctx, req, out)
 	bucket, status := out.Bucket, out.Status
 	if ctx.Err() != nil {
@@ -291,6 +295,7 @@ func (s *Service) cancelBounded(a provider.Adapter, m *catalog.Model, h *provide
 // reservation is settled for charged and the lease released, on detached,
 // bounded contexts.
 func (s *Service) settle(ctx context.Context, lease *limits.Lease, charged int64) {
+	defer tracing.Phase(trace.SpanFromContext(ctx), "router.settle", time.Now(), tracing.AttrCredits.Int64(charged))
 	metrics.RouterSpendSettled.Add(float64(charged))
 	s.settleCredits(ctx, lease.ID, charged)
 	s.releaseLease(ctx, lease)

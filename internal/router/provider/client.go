@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"github.com/comfygate/comfygate/internal/router/catalog"
+	"github.com/comfygate/comfygate/internal/tracing"
+
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxResponseBytes bounds a partner answer read into memory.
@@ -180,7 +184,10 @@ type Answer struct {
 
 // Do sends one request to rawURL with the model's credential and reads the
 // answer (bounded). Client headers in `in` are filtered by outboundHeader.
-func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (*Answer, error) {
+func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (_ *Answer, err error) {
+	ctx, span := tracing.Start(ctx, "router.partner_request", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.GenAIRequestModel(m.ID)))
+	defer tracing.End(span, &err)
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -202,11 +209,16 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 		req.Header = outboundHeader(nil, m)
 		req.Header.Del("Content-Type")
 	}
+	if span.IsRecording() {
+		span.SetAttributes(semconv.ServerAddress(u.Hostname()))
+	}
+	tracing.Inject(ctx, req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("provider: %s %s: %w", method, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
+	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
 	data, err := c.readBody(ctx, resp.Body, resp.ContentLength)
 	if err != nil {
 		return nil, err

@@ -115,6 +115,20 @@ type Peer struct {
 	wsAttempts []time.Time
 	// readyAt is when the cold start ends.
 	readyAt time.Time
+	// traced are the requests that carried a traceparent header.
+	traced []Traced
+}
+
+// Traced is a request that carried a W3C traceparent header.
+type Traced struct {
+	Method, Path, TraceParent string
+}
+
+// TraceParents returns the requests that carried a traceparent, in order.
+func (p *Peer) TraceParents() []Traced {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Traced(nil), p.traced...)
 }
 
 type prompt struct {
@@ -319,6 +333,9 @@ func (p *Peer) routes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		crashed := p.crashed
+		if tp := r.Header.Get("traceparent"); tp != "" {
+			p.traced = append(p.traced, Traced{Method: r.Method, Path: r.URL.Path, TraceParent: tp})
+		}
 		p.mu.Unlock()
 		if time.Now().Before(p.readyAt) {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
