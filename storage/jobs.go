@@ -92,7 +92,7 @@ type Job struct {
 	// created without a Price.
 	Credits *JobCredits
 	// TraceParent is the W3C traceparent of the submit's span (migration
-	// 0014), which the attempts' spans continue; "" when the job was
+	// 0013), which the attempts' spans continue; "" when the job was
 	// submitted without tracing. Only ClaimJob fills it.
 	TraceParent string
 }

@@ -51,10 +51,8 @@ func loadMigrations() ([]migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i, m := range out {
-		// Versions rise strictly; a gap is allowed, as in the postgres
-		// backend (migrations are numbered as they are assigned).
-		if i > 0 && m.version == out[i-1].version {
-			return nil, fmt.Errorf("embedded: migrations %q and %q share version %d", out[i-1].name, m.name, m.version)
+		if m.version != i+1 {
+			return nil, fmt.Errorf("embedded: migration %q out of sequence: want version %d", m.name, i+1)
 		}
 	}
 	return out, nil

@@ -548,7 +548,7 @@ func testExpireJobsManyAtOnce(t *testing.T, st storage.Store) {
 }
 
 // testTraceParentKept: the traceparent a job is created with (migration
-// 0014) comes back with its claim, for jobs created alone and many at once
+// 0013) comes back with its claim, for jobs created alone and many at once
 // (a backend may batch concurrent creates); a job created without one is
 // claimed with none.
 func testTraceParentKept(t *testing.T, st storage.Store) {
