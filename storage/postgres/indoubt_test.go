@@ -39,8 +39,8 @@ type cutProxy struct {
 	// aborts the statement; the tests that want it to commit after the cut
 	// (as it does when the cancel cannot reach the server) drop them.
 	dropCancels atomic.Bool
-	mu              sync.Mutex
-	conns           []net.Conn
+	mu          sync.Mutex
+	conns       []net.Conn
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
