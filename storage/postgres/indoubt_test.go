@@ -34,6 +34,9 @@ type cutProxy struct {
 	target          string
 	cutAtCommit     atomic.Bool
 	cutAfterExecute atomic.Bool
+	// cutBatch is cutAfterExecute for a connection that parsed a
+	// multi-row create (its SQL reads unnest).
+	cutBatch atomic.Bool
 	// dropCancels drops CancelRequests: pgx sends one when a connection
 	// breaks under a running statement, and a cancel that arrives in time
 	// aborts the statement; the tests that want it to commit after the cut
@@ -109,7 +112,7 @@ func (p *cutProxy) forward(c, s net.Conn) {
 	if _, err := s.Write(append(n[:], body...)); err != nil {
 		return
 	}
-	executed := false
+	executed, batch := false, false
 	for {
 		var h [5]byte
 		if _, err := io.ReadFull(c, h[:]); err != nil {
@@ -127,7 +130,11 @@ func (p *cutProxy) forward(c, s net.Conn) {
 			return // the server has the COMMIT; the client gets no answer
 		}
 		executed = executed || h[0] == 'E'
-		if h[0] == 'S' && executed && p.cutAfterExecute.CompareAndSwap(true, false) {
+		if h[0] == 'P' && bytes.Contains(body, []byte("unnest(")) {
+			batch, executed = true, false // cut at its execution, not its preparation
+		}
+		if h[0] == 'S' && executed && (p.cutAfterExecute.CompareAndSwap(true, false) ||
+			batch && p.cutBatch.CompareAndSwap(true, false)) {
 			cut = true
 			return // the server has the statement; the client gets no answer
 		}
@@ -229,6 +236,55 @@ func TestCreateInDoubt(t *testing.T) {
 		var n int
 		if err := conn.QueryRow(testCtx(t), `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n); err != nil || n != 1 {
 			t.Errorf("jobs with the id: %d (%v), want 1", n, err)
+		}
+	})
+	t.Run("batch of jobs cut right after its statement was sent", func(t *testing.T) {
+		st, p, conn, dsn := inDoubtSetup(t)
+		p.cutBatch.Store(true)
+		p.dropCancels.Store(true)
+		ctx := testCtx(t)
+		blocker, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer blocker.Close(context.Background())
+		tx, err := blocker.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE jobs IN SHARE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		// The first create runs alone and waits on the lock; the others
+		// queue behind it and go out together as one batch.
+		ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+		errs := make(chan error, len(ids))
+		go func() { _, err := st.CreateJob(ctx, job(ids[0])); errs <- err }()
+		blockedBy(t, conn, blocker)
+		for _, id := range ids[1:] {
+			go func() {
+				j, err := st.CreateJob(ctx, job(id))
+				if err == nil && j.ID != id {
+					err = errors.New("answered job " + j.ID + ", want " + id)
+				}
+				errs <- err
+			}()
+		}
+		time.Sleep(200 * time.Millisecond) // let them queue
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range ids {
+			if err := <-errs; err != nil {
+				t.Errorf("CreateJob: %v, want success", err)
+			}
+		}
+		if p.cutBatch.Load() {
+			t.Fatal("no batch statement was cut")
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE id = ANY($1::uuid[])`, ids).Scan(&n); err != nil || n != 3 {
+			t.Errorf("jobs: %d (%v), want 3", n, err)
 		}
 	})
 	t.Run("job cut while it waits, then terminated", func(t *testing.T) {
