@@ -45,11 +45,22 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 		return storage.Created{}, mapErr("create asset: begin", err)
 	}
 	defer rollback(ctx, tx)
+	sess := sessionOf(tx.Conn())
 	created, err := createAssetTx(ctx, tx, a, publish)
+	if inDoubt(err) && !errors.Is(err, storage.ErrNotCommitted) {
+		// The connection broke before the COMMIT was sent: the server
+		// aborts the transaction, nothing of it can commit.
+		return storage.Created{}, fmt.Errorf("%w: %w", storage.ErrNotCommitted, err)
+	}
 	if err != nil {
 		return storage.Created{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		if inDoubtCommit(err) {
+			// The COMMIT was sent and no answer came back: learn whether
+			// it committed (indoubt.go).
+			return s.resolveAsset(ctx, a, created, sess, err)
+		}
 		return storage.Created{}, mapErr("create asset: commit", err)
 	}
 	return created, nil

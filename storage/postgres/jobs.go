@@ -189,6 +189,8 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 		return storage.Job{}, mapErr("create job", err)
 	case r.inserted:
 		return r.job, nil
+	case r.unknown != nil: // only batched requests (never alone) get it
+		return storage.Job{}, r.unknown
 	case alone:
 		defer s.creates.Leave()
 	}
@@ -226,9 +228,20 @@ func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, e
 		created, expires      *time.Time
 		ahead                 int64
 	)
-	err := s.pool.QueryRow(ctx, createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return storage.Job{}, mapErr("create job", err)
+	}
+	sess := sessionOf(c.Conn())
+	err = c.QueryRow(ctx, createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
 		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID, j.TraceParent).
 		Scan(&poolFull, &accountFull, &id, &created, &expires, &ahead)
+	c.Release()
+	if inDoubt(err) {
+		// The autocommit statement was sent and no answer came back: learn
+		// whether it committed (indoubt.go).
+		return s.resolveJob(ctx, j, sess, err)
+	}
 	if err != nil {
 		return storage.Job{}, mapErr("create job", err)
 	}

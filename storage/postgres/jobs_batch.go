@@ -123,6 +123,9 @@ type createReq struct {
 	// means "retry alone".
 	job      storage.Job
 	inserted bool
+	// unknown is set when the batch's outcome could not be learned
+	// (resolveBatch): the create fails with it, keeping its key.
+	unknown error
 }
 
 // newCreateBatcher returns the combiner of s's CreateJobs.
@@ -177,7 +180,17 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	if priced {
 		args = append(args, reserves, perJob, perSecond)
 	}
-	rows, err := s.pool.Query(ctx, createBatchSQL[priced], args...)
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Release()
+	sess := sessionOf(c.Conn())
+	rows, err := c.Query(ctx, createBatchSQL[priced], args...)
+	if inDoubt(err) {
+		s.resolveBatch(ctx, reqs, sess, err)
+		return
+	}
 	if err != nil {
 		return
 	}
@@ -201,7 +214,10 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 		}
 	}
 	rows.Close()
-	if rows.Err() != nil {
+	if err := rows.Err(); inDoubt(err) {
+		s.resolveBatch(ctx, reqs, sess, err)
+		return
+	} else if err != nil {
 		return // the statement failed as a whole (it commits or not as one)
 	}
 	// All rows share one created_at, so the queue orders them by turn, then

@@ -79,12 +79,15 @@ func holding(target string, fault func(p *Proxy) error) func(ctx context.Context
 }
 
 // keyKeptUnknown is an open finding of the scenarios that drop Postgres
-// connections: a create whose connection died after its statement was
-// written (pgx: unexpected EOF) has an unknown outcome, so the gateway
-// keeps its Idempotency-Key as the contract says; when nothing was in fact
-// created, the client's retry gets idempotency_key_reuse and there is no
-// job to poll. (Creates that never reached the server release the key:
-// fixed, see idem.NotSent.)
+// connections: a create whose connection died after its statement or
+// COMMIT was written has an unknown outcome. The store learns it when it
+// can (storage/postgres/indoubt.go: committed → success, absent → the key
+// is released), but not when no primary answers within its 10 s bound
+// (the long Postgres-down scenario refuses connections for 30 s): then
+// the gateway keeps its Idempotency-Key as the contract says, and when
+// nothing was in fact created the client's retry gets
+// idempotency_key_reuse and there is no job to poll. (Creates that never
+// reached the server release the key: fixed, see idem.NotSent.)
 const keyKeptUnknown = "its key was refused as used, but no"
 
 // scenario fills in the usual warm-up and after time.

@@ -14,11 +14,14 @@ const LongCommand = "tests/chaos/long"
 // openNotes are findings outside the scenarios' table, kept open.
 var openNotes = []string{
 	"\"its key was refused as used, but no job holds it\": a create whose Postgres connection died after the statement " +
-		"was written (pgx: unexpected EOF) has an unknown outcome, so the gateway keeps the Idempotency-Key, as the " +
-		"contract says; when nothing was in fact created, the client's retry is answered 422 idempotency_key_reuse and " +
-		"there is no job to poll. A create that never reached the server (no connection could be made) now releases " +
-		"the key (fixed in this issue: storage.ErrNotSent, idem.NotSent). Resolving the unknown case needs the gateway " +
-		"to learn the outcome (for example by looking the job up once the database answers again) and is left open.",
+		"or COMMIT was written has an unknown outcome at first. The store now learns it (storage/postgres/indoubt.go, " +
+		"TestCreateInDoubt): once the broken connection's backend is gone (or on the promoted standby) it looks the row " +
+		"up by the id the gateway chose: committed → answered as a success; absent → storage.ErrNotCommitted, the key is " +
+		"released and the retry runs. It stays open for what that cannot settle within its 10 s bound: no primary " +
+		"answers for longer (the long Postgres-down scenario refuses connections for 30 s), or the old backend still " +
+		"waits (for a synchronous standby that is gone); then the gateway keeps the Idempotency-Key, as the contract " +
+		"says, and a retry is answered 422 idempotency_key_reuse with no job to poll. A create that never reached the " +
+		"server releases the key (storage.ErrNotSent, idem.NotSent).",
 	"Slowloris bodies: Caddy reads a trickled request body for as long as the client keeps trickling unless the " +
 		"`servers { timeouts { read_body … } }` global option is set, and no example Caddyfile sets it. With it set " +
 		"(TestHostileInputs sets 10 s) every trickled upload is cut. Not changed here: a read_body bound also cuts " +
@@ -36,6 +39,12 @@ var openNotes = []string{
 
 // fixedNotes are findings of the suite that were fixed, and where.
 var fixedNotes = []string{
+	"Idempotency-Key of a create whose commit was in flight when its Postgres connection died: kept, so the client's " +
+		"retry got 422 idempotency_key_reuse with nothing created (about one per long synchronous-failover run), or " +
+		"released although the create had committed (pgx answers a COMMIT whose connection broke after it was written " +
+		"with \"conn closed\", which it marks safe to retry). Fixed: the store learns the outcome on another connection " +
+		"once the original backend is gone (storage/postgres/indoubt.go, TestCreateInDoubt): committed → success, " +
+		"absent → storage.ErrNotCommitted (key released).",
 	"Redis Cluster: after a primary was killed, the gateways kept dialing it for its slots until go-redis's next " +
 		"periodic slot-map reload (once a minute; it re-reads the map by itself only on MOVED/ASK), long after its " +
 		"replica had taken the slots over: every claim, limit and publish on those slots failed meanwhile. Fixed: " +
