@@ -29,9 +29,18 @@ func TestFaults(t *testing.T) {
 	t.Run("both workers dead fails with worker_lost", func(t *testing.T) {
 		s := startStack(t)
 		id := submitOK(t, s.g, slowText(60, 50, "never"))
-		until(t, "the job running on a peer", func() bool { return s.running() != nil })
-		s.peers[0].Crash()
-		s.peers[1].Crash()
+		var first *comfyuipeer.Peer
+		until(t, "the job running on a peer", func() bool { first = s.running(); return first != nil })
+		// The worker running it dies; the job goes to the other one, which
+		// dies too. (Both dying at once would leave the job queued until a
+		// worker is healthy again: jobs are claimed for healthy workers only.)
+		first.Crash()
+		until(t, "the job running on the other peer", func() bool { p := s.running(); return p != nil && p != first })
+		for _, p := range s.peers {
+			if p != first {
+				p.Crash()
+			}
+		}
 		// Two attempts, each bounded by the pool's unhealthy_after (3s here),
 		// plus the lease.
 		j := gateway.WaitJob(t, s.g.URL, id, 90*time.Second, gateway.Terminal)
