@@ -46,7 +46,9 @@ func previousRelease(t *testing.T) (bin, commit, newest string) {
 	t.Helper()
 	root := gateway.RepoRoot(t)
 	newest = newestMigration(t, root)
-	out, err := exec.Command("git", "-C", root, "log", "--format=%H", "--diff-filter=A", "--", newest).Output()
+	// --follow: a migration renumbered when its branch merged keeps the
+	// commit that first added it, whose parent is the release before it.
+	out, err := exec.Command("git", "-C", root, "log", "--follow", "--format=%H", "--diff-filter=A", "--", newest).Output()
 	added := strings.Fields(string(out))
 	if err != nil || len(added) == 0 {
 		t.Skipf("no git history for %s in %s (%v): the rolling upgrade needs the repository's history to build the previous release", newest, root, err)

@@ -1,3 +1,3 @@
--- 0014: the W3C traceparent of a job's submit (see the postgres migration
+-- 0013: the W3C traceparent of a job's submit (see the postgres migration
 -- of the same name). Expand only.
 ALTER TABLE jobs ADD COLUMN trace_parent TEXT CHECK (length(trace_parent) <= 256);

@@ -1,4 +1,4 @@
--- 0014: the trace context of a job's submit (issue 30).
+-- 0013: the trace context of a job's submit (issue 30).
 --
 -- trace_parent is the W3C traceparent of the submit's span: the dispatch
 -- and execution spans of whichever gateway claims the job continue that
