@@ -39,6 +39,18 @@ type ScaleStore interface {
 	// SetPeak replaces the hold (Peak, PeakAt) by (peak, at) if it still is
 	// old's (compare and set); it reports whether it did.
 	SetPeak(ctx context.Context, pool string, old PoolScale, peak int, at time.Time) (bool, error)
+	// JobTimes returns, per pool, the mean run time (CompletedAt −
+	// StartedAt) of the succeeded jobs among the recent newest jobs
+	// created (all pools' together, on the jobs_created index, so the cost
+	// does not grow with the table). Pools without one are left out.
+	JobTimes(ctx context.Context, recent int) (map[string]JobTimes, error)
+}
+
+// JobTimes is a pool's recent job run time: the mean over Samples
+// succeeded jobs.
+type JobTimes struct {
+	Samples int
+	Mean    time.Duration
 }
 
 // UnixMilli is t in Unix milliseconds, 0 for the zero time.

@@ -338,6 +338,7 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 //		worker_concurrency <n>
 //		scale_down_delay <duration>
 //		retry_after_max <duration>
+//		target_queue_time <duration>
 //	}
 func unmarshalScale(d *caddyfile.Dispenser) (*ScaleConfig, error) {
 	if d.NextArg() {
@@ -359,7 +360,8 @@ func unmarshalScale(d *caddyfile.Dispenser) (*ScaleConfig, error) {
 			*into = n
 			continue
 		}
-		into := map[string]*caddy.Duration{"scale_down_delay": &sc.ScaleDownDelay, "retry_after_max": &sc.RetryAfterMax}[name]
+		into := map[string]*caddy.Duration{"scale_down_delay": &sc.ScaleDownDelay, "retry_after_max": &sc.RetryAfterMax,
+			"target_queue_time": &sc.TargetQueueTime}[name]
 		if into == nil {
 			return nil, d.Errf("unknown scale option %q", name)
 		}

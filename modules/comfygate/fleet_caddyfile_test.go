@@ -76,10 +76,12 @@ func TestPoolFleetOptions(t *testing.T) {
 					worker_concurrency 2
 					scale_down_delay 90s
 					retry_after_max 45s
+					target_queue_time 20s
 				}
 			}`, "", func(t *testing.T, p *PoolConfig) {
 			want := ScaleConfig{MinWorkers: 1, MaxWorkers: 8, WorkerConcurrency: 2,
-				ScaleDownDelay: caddy.Duration(90 * time.Second), RetryAfterMax: caddy.Duration(45 * time.Second)}
+				ScaleDownDelay: caddy.Duration(90 * time.Second), RetryAfterMax: caddy.Duration(45 * time.Second),
+				TargetQueueTime: caddy.Duration(20 * time.Second)}
 			if len(p.Workers) != 0 || len(p.DNS) != 0 || p.Scale == nil || *p.Scale != want {
 				t.Fatalf("pool at zero: workers %v dns %v scale %+v", p.Workers, p.DNS, p.Scale)
 			}
@@ -93,6 +95,11 @@ func TestPoolFleetOptions(t *testing.T) {
 		{"scale negative", `pool gpu comfyui {
 				scale {
 					max_workers -1
+				}
+			}`, "must not be negative", nil},
+		{"scale negative target queue time", `pool gpu comfyui {
+				scale {
+					target_queue_time -5s
 				}
 			}`, "must not be negative", nil},
 		{"unknown scale option", `pool gpu comfyui {

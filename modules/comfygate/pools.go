@@ -103,6 +103,12 @@ type ScaleConfig struct {
 	// answered while the pool has no worker: the pool's measured cold
 	// start, at most this. Default 2m.
 	RetryAfterMax caddy.Duration `json:"retry_after_max,omitempty"`
+	// TargetQueueTime sizes the pool by the work queued rather than by the
+	// number of jobs: the workers that run the queued and running jobs
+	// (at the pool's mean recent job time) within this time, at most one
+	// per worker_concurrency jobs. Default: the pool's measured cold start
+	// (one worker per worker_concurrency jobs until one was measured).
+	TargetQueueTime caddy.Duration `json:"target_queue_time,omitempty"`
 }
 
 // Defaults of ScaleConfig.
@@ -117,7 +123,7 @@ func (p *PoolConfig) validateScale() error {
 		return nil
 	}
 	switch {
-	case s.MinWorkers < 0 || s.MaxWorkers < 0 || s.WorkerConcurrency < 0 || s.ScaleDownDelay < 0 || s.RetryAfterMax < 0:
+	case s.MinWorkers < 0 || s.MaxWorkers < 0 || s.WorkerConcurrency < 0 || s.ScaleDownDelay < 0 || s.RetryAfterMax < 0 || s.TargetQueueTime < 0:
 		return fmt.Errorf("comfygate: pool %q: scale bounds must not be negative", p.Name)
 	case s.MaxWorkers > 0 && s.MinWorkers > s.MaxWorkers:
 		return fmt.Errorf("comfygate: pool %q: min_workers %d is above max_workers %d", p.Name, s.MinWorkers, s.MaxWorkers)

@@ -35,6 +35,7 @@ func scaleConfig(p *PoolConfig) scale.Config {
 		if s.ScaleDownDelay > 0 {
 			c.ScaleDownDelay = time.Duration(s.ScaleDownDelay)
 		}
+		c.TargetQueueTime = time.Duration(s.TargetQueueTime)
 	}
 	return c
 }

@@ -68,3 +68,31 @@ func (s *Store) SetPeak(ctx context.Context, pool string, old storage.PoolScale,
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
+
+// JobTimes implements storage.ScaleStore: the newest jobs read backwards
+// on jobs_created, their succeeded ones averaged per pool (the stored
+// text times read by julianday).
+func (s *Store) JobTimes(ctx context.Context, recent int) (map[string]storage.JobTimes, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT pool, count(*), avg((julianday(completed_at) - julianday(started_at)) * 86400.0)
+		FROM (SELECT pool, status, started_at, completed_at FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?1)
+		WHERE status = 'succeeded' AND started_at IS NOT NULL AND completed_at >= started_at
+		GROUP BY pool`, recent)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: read job times: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]storage.JobTimes{}
+	for rows.Next() {
+		var pool string
+		var n int
+		var mean float64
+		if err := rows.Scan(&pool, &n, &mean); err != nil {
+			return nil, fmt.Errorf("embedded: read job times: %w", err)
+		}
+		out[pool] = storage.JobTimes{Samples: n, Mean: time.Duration(mean * float64(time.Second))}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("embedded: read job times: %w", err)
+	}
+	return out, nil
+}

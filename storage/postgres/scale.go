@@ -57,3 +57,27 @@ func (s *Store) SetPeak(ctx context.Context, pool string, old storage.PoolScale,
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// JobTimes implements storage.ScaleStore: the newest jobs read backwards
+// on jobs_created, their succeeded ones averaged per pool.
+func (s *Store) JobTimes(ctx context.Context, recent int) (map[string]storage.JobTimes, error) {
+	rows, err := s.pool.Query(ctx, `SELECT pool, count(*), avg(extract(epoch FROM completed_at - started_at))::float8
+		FROM (SELECT pool, status, started_at, completed_at FROM jobs ORDER BY created_at DESC, id DESC LIMIT $1) AS r
+		WHERE status = 'succeeded' AND started_at IS NOT NULL AND completed_at >= started_at
+		GROUP BY pool`, recent)
+	if err != nil {
+		return nil, mapErr("read job times", err)
+	}
+	defer rows.Close()
+	out := map[string]storage.JobTimes{}
+	for rows.Next() {
+		var pool string
+		var n int
+		var mean float64
+		if err := rows.Scan(&pool, &n, &mean); err != nil {
+			return nil, mapErr("read job times", err)
+		}
+		out[pool] = storage.JobTimes{Samples: n, Mean: time.Duration(mean * float64(time.Second))}
+	}
+	return out, mapErr("read job times", rows.Err())
+}

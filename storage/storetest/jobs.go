@@ -41,6 +41,7 @@ var jobCases = []storeCase{
 	{"ListEveryAccount", testListEveryAccount},
 	{"ListWithOutputs", testListWithOutputs},
 	{"CountJobs", testCountJobs},
+	{"JobTimes", testJobTimes},
 	{"QueueBoundConcurrent", testQueueBoundConcurrent},
 	{"IdempotencyBackstop", testJobIdempotency},
 	{"ClaimFIFOAndQueuePosition", testClaimFIFO},
@@ -485,6 +486,55 @@ func testCountJobs(t *testing.T, st storage.Store) {
 		t.Fatal(err)
 	}
 	check("after the end", map[string]storage.PoolCounts{a: {Queued: 1}, b: {Queued: 1}})
+}
+
+// testJobTimes: a ScaleStore's JobTimes averages, per pool, the run time
+// of the succeeded jobs among the recent newest jobs only.
+func testJobTimes(t *testing.T, st storage.Store) {
+	ss, ok := st.(storage.ScaleStore)
+	if !ok {
+		t.Skip("the store keeps no scale state")
+	}
+	fs := newFakeFS()
+	a, b := newID(), newID()
+	var longest time.Duration
+	run := func(status string) {
+		t.Helper()
+		mustCreateJob(t, st, newJob("acct", a))
+		start := time.Now()
+		j := mustClaim(t, st, fs, a)
+		time.Sleep(2 * time.Millisecond) // a run time above the stores' microseconds
+		if _, err := st.FinishJob(ctx(t), j.ID, j.Attempt, status, json.RawMessage(`{"code":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, time.Since(start))
+	}
+	check := func(when string, recent int, want map[string]int) {
+		t.Helper()
+		got, err := ss.JobTimes(ctx(t), recent)
+		if err != nil {
+			t.Fatalf("%s: JobTimes: %v", when, err)
+		}
+		for _, pool := range []string{a, b} {
+			g := got[pool]
+			if g.Samples != want[pool] {
+				t.Errorf("%s: pool %s: %d samples, want %d", when, pool[:8], g.Samples, want[pool])
+			}
+			if g.Samples > 0 && (g.Mean < 2*time.Millisecond || g.Mean > longest+5*time.Millisecond) {
+				t.Errorf("%s: pool %s: mean %v, want within [2ms, %v]", when, pool[:8], g.Mean, longest)
+			}
+		}
+	}
+	check("empty", 100, nil)
+	for range 3 {
+		run(storage.JobSucceeded)
+	}
+	run(storage.JobFailed)                  // not a sample
+	mustCreateJob(t, st, newJob("acct", b)) // queued: not a sample
+	check("after runs", 100, map[string]int{a: 3})
+	mustCreateJob(t, st, newJob("acct", b))
+	check("the newest three: two queued, the failed", 3, nil)
+	check("the newest four: and a succeeded", 4, map[string]int{a: 1})
 }
 
 // testListWithOutputs: listed jobs carry their outputs, in commit order,

@@ -26,6 +26,7 @@ const (
 	idleBetween  = 30 * time.Second
 	scaleDelay   = 5 * time.Second
 	peerColdBoot = 3 * time.Second
+	targetQueue  = 7 * time.Second
 )
 
 // burstResult is what one run measured.
@@ -124,10 +125,14 @@ func TestBenchElasticBursts(t *testing.T) {
 	t.Run("elastic", func(t *testing.T) {
 		adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
 		admin := "http://" + adminAddr
+		// target_queue_time: the operator's latency budget for a burst's
+		// last job is about twice what a fleet sized for it gives (~5 s of
+		// drain): the 3 s cold start plus a queue drained in 7 s.
 		g := gateway.Start(t, gateway.V2Config(`storage embedded ./data`+fmt.Sprintf(benchPool, fmt.Sprintf(`scale {
 				max_workers %d
 				scale_down_delay %s
-			}`, fleetSize, scaleDelay)), gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+				target_queue_time %s
+			}`, fleetSize, scaleDelay, targetQueue)), gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
 		prov := provisioner.Start(t, provisioner.Config{Admin: admin, Pool: "gpu",
 			Peer: comfyuipeer.Options{ColdStart: peerColdBoot}, Poll: 100 * time.Millisecond})
 		// Prime: a gateway that never saw a worker of the pool cannot

@@ -28,6 +28,9 @@ type scaleReport struct {
 	MaxWorkers       int     `json:"maxWorkers"`
 	DemandUnmet      bool    `json:"demandUnmet"`
 	ColdStartSeconds float64 `json:"coldStartSeconds"`
+	MeanJobSeconds   float64 `json:"meanJobSeconds"`
+	JobSamples       int     `json:"jobSamples"`
+	TargetQueue      float64 `json:"targetQueueSeconds"`
 }
 
 func getScale(t *testing.T, admin, pool string) scaleReport {
