@@ -180,8 +180,11 @@ func Phase(span trace.Span, name string, start time.Time, attrs ...attribute.Key
 	if !span.IsRecording() {
 		return
 	}
-	attrs = append(attrs, AttrPhaseDuration.Float64(float64(time.Since(start).Microseconds())/1000))
-	span.AddEvent(name, trace.WithAttributes(attrs...))
+	// One slice for the event's attributes (the caller's variadic one
+	// then stays on its stack).
+	kv := make([]attribute.KeyValue, 0, len(attrs)+1)
+	kv = append(append(kv, attrs...), AttrPhaseDuration.Float64(float64(time.Since(start).Microseconds())/1000))
+	span.AddEvent(name, trace.WithAttributes(kv...))
 }
 
 // Inject writes ctx's trace context into h (traceparent, tracestate)

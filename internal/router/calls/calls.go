@@ -23,8 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
@@ -231,18 +231,28 @@ func retryAfterSeconds(d time.Duration) int {
 // (or a replay), and an *apierr.Error for the router's own refusals.
 func (s *Service) Call(ctx context.Context, req Request) (resp *Response, err error) {
 	m := req.Model
-	ctx, span := tracing.Start(ctx, "router.call", trace.WithAttributes(
-		tracing.AttrCallID.String(req.RequestID), semconv.GenAIRequestModel(m.ID)))
+	// The span's attributes are set once, at its end: each SetAttributes
+	// (and attributes at start) grows the span's attribute slice anew.
+	ctx, span := tracing.Start(ctx, "router.call")
 	defer func() {
 		if span.IsRecording() {
+			attrs := [4]attribute.KeyValue{tracing.AttrCallID.String(req.RequestID), semconv.GenAIRequestModel(m.ID)}
+			n := 2
+			bucket, status := "", 0
 			if e, ok := apierr.As(err); ok {
-				span.SetAttributes(tracing.AttrBucket.String(e.Code), semconv.HTTPResponseStatusCode(e.Status))
+				bucket, status = e.Code, e.Status
 			} else if resp != nil {
-				span.SetAttributes(semconv.HTTPResponseStatusCode(resp.Status))
-				if resp.Bucket != "" {
-					span.SetAttributes(tracing.AttrBucket.String(resp.Bucket))
-				}
+				bucket, status = resp.Bucket, resp.Status
 			}
+			if bucket != "" {
+				attrs[n] = tracing.AttrBucket.String(bucket)
+				n++
+			}
+			if status != 0 {
+				attrs[n] = semconv.HTTPResponseStatusCode(status)
+				n++
+			}
+			span.SetAttributes(attrs[:n]...)
 		}
 		tracing.End(span, &err)
 	}()

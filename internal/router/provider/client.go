@@ -17,6 +17,7 @@ import (
 	"github.com/comfygate/comfygate/internal/router/catalog"
 	"github.com/comfygate/comfygate/internal/tracing"
 
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -185,9 +186,25 @@ type Answer struct {
 // Do sends one request to rawURL with the model's credential and reads the
 // answer (bounded). Client headers in `in` are filtered by outboundHeader.
 func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (_ *Answer, err error) {
-	ctx, span := tracing.Start(ctx, "router.partner_request", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.GenAIRequestModel(m.ID)))
-	defer tracing.End(span, &err)
+	// The span's attributes are set once, at its end (one allocation).
+	ctx, span := tracing.Start(ctx, "router.partner_request", clientSpan)
+	host, status := "", 0
+	defer func() {
+		if span.IsRecording() {
+			attrs := [4]attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.GenAIRequestModel(m.ID)}
+			n := 2
+			if host != "" {
+				attrs[n] = semconv.ServerAddress(host)
+				n++
+			}
+			if status != 0 {
+				attrs[n] = semconv.HTTPResponseStatusCode(status)
+				n++
+			}
+			span.SetAttributes(attrs[:n]...)
+		}
+		tracing.End(span, &err)
+	}()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -210,7 +227,7 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 		req.Header.Del("Content-Type")
 	}
 	if span.IsRecording() {
-		span.SetAttributes(semconv.ServerAddress(u.Hostname()))
+		host = u.Hostname()
 	}
 	tracing.Inject(ctx, req.Header)
 	resp, err := c.hc.Do(req)
@@ -218,13 +235,16 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 		return nil, fmt.Errorf("provider: %s %s: %w", method, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
-	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	status = resp.StatusCode
 	data, err := c.readBody(ctx, resp.Body, resp.ContentLength)
 	if err != nil {
 		return nil, err
 	}
 	return &Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: data, Header: resp.Header}, nil
 }
+
+// clientSpan is the partner request span's kind, a start option allocated once.
+var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 
 // ErrHandleURL is a URL from a partner's answer (a poll, result or cancel
 // handle) that points outside the partner's hosts. It is refused before any
