@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/minio/minio-go/v7"
 
 	"github.com/comfygate/comfygate/tests/gateway"
@@ -94,17 +95,41 @@ func TestCheckerCatchesLostAndOrphanObjects(t *testing.T) {
 	sideBySide(t)
 	s := NewStack(t, StackOptions{})
 	h := NewHistory()
-	SeedPreviousRelease(t, s, h, 3)
+	SeedPreviousRelease(t, s, h, 8) // the workload deletes some
 	d := NewDriver(s, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	d.Run(ctx, 2)
 	bg := context.Background()
-	seed := h.Seeds()[0]
-	hx := strings.TrimPrefix(hashOf(seed.Data), "blake3:")
+	// A seed the workload has not deleted (it deletes some), whose row
+	// still names its object at the content address.
+	var hx string
+	conn, err := pgx.Connect(bg, s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(bg)
+	for _, seed := range h.Seeds() {
+		hash := hashOf(seed.Data)
+		var alive bool
+		if err := conn.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM assets WHERE id = $1)
+			AND EXISTS (SELECT 1 FROM blobs WHERE hash = $2 AND object_key IS NULL)`, seed.ID, hash).Scan(&alive); err != nil {
+			t.Fatal(err)
+		}
+		if alive {
+			hx = strings.TrimPrefix(hash, "blake3:")
+			break
+		}
+	}
+	if hx == "" {
+		t.Fatal("the workload deleted every seed")
+	}
+	// An object at a key that a live row names (the workload deletes some,
+	// and an aborted create can leave one no row names).
 	keyed := ""
-	for obj := range s.BucketClient.ListObjects(bg, s.Bucket.Bucket, minio.ListObjectsOptions{Prefix: "blobs/", Recursive: true}) {
-		keyed = obj.Key
+	if err := conn.QueryRow(bg, `SELECT coalesce(max(object_key), '') FROM blobs
+		WHERE object_key LIKE 'blobs/%' AND refs > 0`).Scan(&keyed); err != nil {
+		t.Fatal(err)
 	}
 	if keyed == "" {
 		t.Fatal("the workload put no object at a key")
