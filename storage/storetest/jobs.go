@@ -520,8 +520,10 @@ func testJobTimes(t *testing.T, st storage.Store) {
 			if g.Samples != want[pool] {
 				t.Errorf("%s: pool %s: %d samples, want %d", when, pool[:8], g.Samples, want[pool])
 			}
-			if g.Samples > 0 && (g.Mean < 2*time.Millisecond || g.Mean > longest+5*time.Millisecond) {
-				t.Errorf("%s: pool %s: mean %v, want within [2ms, %v]", when, pool[:8], g.Mean, longest)
+			// At least half the 2 ms each job slept: a store may keep its
+			// timestamps to the millisecond (embedded: 1.97 ms seen).
+			if g.Samples > 0 && (g.Mean < time.Millisecond || g.Mean > longest+5*time.Millisecond) {
+				t.Errorf("%s: pool %s: mean %v, want within [1ms, %v]", when, pool[:8], g.Mean, longest+5*time.Millisecond)
 			}
 		}
 	}
