@@ -190,6 +190,26 @@ func inDoubtSetup(t *testing.T) (*postgres.Store, *cutProxy, *pgx.Conn, string) 
 
 // blockedBy waits until a backend waits for a lock that blocker's backend
 // holds and returns its PID.
+// lockTable holds table in SHARE mode on a connection of its own, so that
+// a create's insert waits on it; the caller rolls tx back to let it go.
+func lockTable(t *testing.T, dsn, table string) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	ctx := testCtx(t)
+	blocker, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { blocker.Close(context.Background()) })
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return blocker, tx
+}
+
 func blockedBy(t *testing.T, admin *pgx.Conn, blocker *pgx.Conn) uint32 {
 	t.Helper()
 	ctx := testCtx(t)
@@ -243,18 +263,7 @@ func TestCreateInDoubt(t *testing.T) {
 		p.cutBatch.Store(true)
 		p.dropCancels.Store(true)
 		ctx := testCtx(t)
-		blocker, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer blocker.Close(context.Background())
-		tx, err := blocker.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE jobs IN SHARE MODE`); err != nil {
-			t.Fatal(err)
-		}
+		blocker, tx := lockTable(t, dsn, "jobs")
 		// The first create runs alone and waits on the lock; the others
 		// queue behind it and go out together as one batch.
 		ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
@@ -290,18 +299,7 @@ func TestCreateInDoubt(t *testing.T) {
 	t.Run("job cut while it waits, then terminated", func(t *testing.T) {
 		st, p, conn, dsn := inDoubtSetup(t)
 		ctx := testCtx(t)
-		blocker, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer blocker.Close(context.Background())
-		tx, err := blocker.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE jobs IN SHARE MODE`); err != nil {
-			t.Fatal(err)
-		}
+		blocker, tx := lockTable(t, dsn, "jobs")
 		id := uuid.NewString()
 		done := make(chan error, 1)
 		go func() {
@@ -350,18 +348,7 @@ func TestCreateInDoubt(t *testing.T) {
 	t.Run("asset cut before its COMMIT", func(t *testing.T) {
 		st, p, conn, dsn := inDoubtSetup(t)
 		ctx := testCtx(t)
-		blocker, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer blocker.Close(context.Background())
-		tx, err := blocker.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE assets IN SHARE MODE`); err != nil {
-			t.Fatal(err)
-		}
+		blocker, tx := lockTable(t, dsn, "assets")
 		id := uuid.NewString()
 		done := make(chan error, 1)
 		go func() {
@@ -370,7 +357,7 @@ func TestCreateInDoubt(t *testing.T) {
 		}()
 		blockedBy(t, conn, blocker)
 		p.cutAll()
-		err = <-done
+		err := <-done
 		_ = tx.Rollback(ctx)
 		if !errors.Is(err, storage.ErrNotCommitted) {
 			t.Fatalf("CreateAsset: %v, want ErrNotCommitted", err)

@@ -218,11 +218,17 @@ func NewCluster(t testing.TB, replicas int) *Cluster {
 	return c
 }
 
-func startCluster(replicas int) (c *Cluster, err error) {
+// scratchDir checks that redis-server is installed and makes the directory
+// a topology's nodes keep their files in.
+func scratchDir(kind string) (string, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, fmt.Errorf("redistest: redis-server not on PATH (apt-get install redis-server): %w", err)
+		return "", fmt.Errorf("redistest: redis-server not on PATH (apt-get install redis-server): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "redistest-cluster-")
+	return os.MkdirTemp("", "redistest-"+kind+"-")
+}
+
+func startCluster(replicas int) (c *Cluster, err error) {
+	dir, err := scratchDir("cluster")
 	if err != nil {
 		return nil, err
 	}
@@ -395,10 +401,7 @@ func NewSentinel(t testing.TB) *Sentinel {
 }
 
 func startSentinel() (s *Sentinel, err error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, fmt.Errorf("redistest: redis-server not on PATH (apt-get install redis-server): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "redistest-sentinel-")
+	dir, err := scratchDir("sentinel")
 	if err != nil {
 		return nil, err
 	}
