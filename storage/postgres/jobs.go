@@ -47,21 +47,6 @@ func assetHeldByJob(clock string) string {
 	WHERE o.asset_id = assets.id AND j.status <> 'expired' AND j.expires_at > ` + clock + `)`
 }
 
-// querier is what pgx.Tx and *pgxpool.Pool have in common.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// jsonParam maps an absent JSON value to NULL and a present one to its text.
-func jsonParam(b json.RawMessage) *string {
-	if len(b) == 0 {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
 // createJobSQL inserts a queued job when the pool and the account have
 // room and, for a priced job, the account's balance covers its reserve, in
 // one autocommit statement, and returns the job with its queue position.
