@@ -142,6 +142,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			PromptID string `json:"prompt_id"`
 		}
 		_ = readOptionalJSON(r, &body) // no or another body: every running prompt, as ComfyUI
+		if body.PromptID != "" {
+			comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, body.PromptID)
+		}
 		if err := svc.Interrupt(r.Context(), account, body.PromptID); err != nil {
 			return err
 		}
@@ -236,6 +239,7 @@ func (h *Handler) postPrompt(w http.ResponseWriter, r *http.Request, svc *native
 	if err != nil {
 		return err
 	}
+	comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, queued.PromptID)
 	err = writeJSON(w, queued)
 	_ = http.NewResponseController(w).Flush()
 	queued.Announce(context.WithoutCancel(r.Context()))

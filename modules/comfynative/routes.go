@@ -15,6 +15,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/nativeapi"
+	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -94,6 +95,7 @@ func postList(w http.ResponseWriter, r *http.Request, clear func(ctx context.Con
 
 func (h *Handler) getHistory(w http.ResponseWriter, r *http.Request, svc *nativeapi.Service, account, id string) error {
 	if id != "" {
+		comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, id) // a prompt's id is its job's
 		hist, err := svc.HistoryOne(r.Context(), account, id)
 		if err != nil {
 			return err

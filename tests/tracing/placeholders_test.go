@@ -16,7 +16,8 @@ import (
 // TestAccessLogPlaceholders (issue 30, acceptance 3): an access log whose
 // log_append lines and a deferred header directive name
 // {comfygate.account}, {comfygate.job_id} and {comfygate.deployment}
-// names the account and the job each request served.
+// names the account and the job each request served, on the v2 API and on
+// ComfyUI's (POST /prompt, GET /history/<id>).
 func TestAccessLogPlaceholders(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -47,6 +48,7 @@ http://:{PORT} {
 		idempotency
 		comfy_assets
 		comfy_jobs
+		comfy_native
 		error "not found" 404
 	}
 }
@@ -75,21 +77,39 @@ http://:{PORT} {
 		t.Fatalf("get: %d %s", g.Status, g.Body)
 	}
 
-	// Both requests' access log lines name the account and the job.
+	// The same workflow as a ComfyUI prompt: its prompt_id is the job's id.
+	body, _ = json.Marshal(map[string]any{"prompt": wf})
+	p := gateway.Do(t, http.MethodPost, g.URL+"/prompt", bytes.NewReader(body), auth)
+	if p.Status != http.StatusOK {
+		t.Fatalf("POST /prompt: %d %s", p.Status, p.Body)
+	}
+	promptID := p.JSON(t)["prompt_id"].(string)
+	if got := p.Header.Get("X-Comfygate-Job"); got != promptID {
+		t.Errorf("POST /prompt: X-Comfygate-Job = %q, want %s", got, promptID)
+	}
+	if h := gateway.Do(t, http.MethodGet, g.URL+"/history/"+promptID, nil, auth); h.Status != http.StatusOK {
+		t.Fatalf("GET /history: %d %s", h.Status, h.Body)
+	} else if got := h.Header.Get("X-Comfygate-Job"); got != promptID {
+		t.Errorf("GET /history/<id>: X-Comfygate-Job = %q, want %s", got, promptID)
+	}
+
+	// Each request's access log line names the account and its job.
+	want := map[string]int{id: 2, promptID: 2}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lines := readAccessLog(t, accessLog)
-		var named int
+		named := map[string]int{}
 		for _, l := range lines {
-			if l["account"] == "acct-tracing" && l["job_id"] == id {
-				named++
+			if job, ok := l["job_id"].(string); ok && l["account"] == "acct-tracing" {
+				named[job]++
 			}
 		}
-		if named >= 2 {
+		if named[id] >= want[id] && named[promptID] >= want[promptID] {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("want 2 access log lines naming account acct-tracing and job %s; got %d of %d lines:\n%v", id, named, len(lines), lines)
+			t.Fatalf("want access log lines naming account acct-tracing: 2 for job %s and 2 for prompt %s; got %v of %d lines:\n%v",
+				id, promptID, named, len(lines), lines)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
