@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,7 +27,9 @@ import (
 // constant-time peer, (a) the peer directly, (b) Caddy's plain reverse_proxy
 // and (c) model_router with JWT auth, schema validation, Redis limits and a
 // Postgres usage record. It is a measurement, not a check: it runs only
-// with ROUTER_BENCH=1 and prints a table.
+// with ROUTER_BENCH=1 and prints a table. With ROUTER_BENCH_BASE_BIN it
+// also compares (c) with the base binary's, paired request by request at
+// c=1 for ROUTER_BENCH_PAIRED (10s); ROUTER_BENCH_ROUNDS=0 runs only that.
 //
 //	ROUTER_BENCH=1 go test -count=1 -run TestRouterOverheadBenchmark -v ./tests/router/
 func TestRouterOverheadBenchmark(t *testing.T) {
@@ -84,10 +87,7 @@ http://:%d {
 		return http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + token(t, claims{ws: ws})}}
 	}
 	// Each worker sends its requests with hdrs[0], hdrs[1], ... in turn.
-	targets := []struct {
-		name, url string
-		hdrs      []http.Header
-	}{
+	targets := []target{
 		{"(a) direct to peer", peerURL + "/v1/generate", jsonHdr},
 		{"(b) caddy reverse_proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/generate", proxyPort), jsonHdr},
 		{"(c) model_router", g.URL + "/v1/models/bench/constant", []http.Header{bearer(workspaces[0])}},
@@ -163,7 +163,11 @@ http://:%d {
 		_, _, _ = load(hc, targets[target].url, targets[target].hdrs, c, 5*time.Second)
 		<-done
 	}
-	const rounds = 3
+	// ROUTER_BENCH_ROUNDS=0 leaves only the paired measurement (below).
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("ROUTER_BENCH_ROUNDS")); err == nil && v >= 0 {
+		rounds = v
+	}
 	p50 := make([][]time.Duration, len(targets))
 	p99 := make([][]time.Duration, len(targets))
 	rps := make([][]float64, len(targets))
@@ -225,39 +229,60 @@ http://:%d {
 	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
 	medf := func(f []float64) float64 { slices.Sort(f); return f[len(f)/2] }
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n| target | p50 c=1 | p99 c=1 | added p50 vs (a) | req/s c=32 |\n|---|---|---|---|---|\n")
-	a50 := med(p50[0])
-	for i, tg := range targets {
-		m50 := med(p50[i])
-		fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
-			(m50 - a50).Round(time.Microsecond), medf(rps[i]))
-	}
-	fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v), (c')-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them or a slot is handed over (below)\n",
-		medf(rps[viaRouter])/medf(rps[proxy]), medf(rps[viaRedis])/medf(rps[proxy]), (med(p50[viaRouter]) - a50).Round(time.Microsecond),
-		(med(p50[viaRouter]) - med(p50[inProcessPeer])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
-		limits.RoundTrips(0, 0))
-	if base != nil {
-		fmt.Fprintf(&out, "@base: throughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v, (c')-(a) = %v\n",
-			medf(rps[baseRouter])/medf(rps[proxy]), medf(rps[baseRedis])/medf(rps[proxy]),
-			(med(p50[baseRouter]) - a50).Round(time.Microsecond), (med(p50[baseRedis]) - a50).Round(time.Microsecond))
-	}
-	fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
-	for _, gr := range groups {
-		fmt.Fprintf(&out, " %s |", gr.name)
-	}
-	fmt.Fprintf(&out, " machine |\n|---|%s\n", strings.Repeat("---|", len(groups)+1))
-	for i, tg := range targets {
-		fmt.Fprintf(&out, "| %s |", tg.name)
-		for j := range cpu[i] {
-			fmt.Fprintf(&out, " %.0f |", medf(cpu[i][j]))
+	if rounds > 0 {
+		fmt.Fprintf(&out, "\n| target | p50 c=1 | p99 c=1 | added p50 vs (a) | req/s c=32 |\n|---|---|---|---|---|\n")
+		a50 := med(p50[0])
+		for i, tg := range targets {
+			m50 := med(p50[i])
+			fmt.Fprintf(&out, "| %s | %v | %v | %v | %.0f |\n", tg.name, m50.Round(time.Microsecond), med(p99[i]).Round(time.Microsecond),
+				(m50 - a50).Round(time.Microsecond), medf(rps[i]))
 		}
-		out.WriteString("\n")
+		fmt.Fprintf(&out, "\nthroughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v ((c)-(a0) = %v), (c')-(a) = %v; Redis round trips per admitted call: at most %d (Admit + Settle; +1 per lease_ttl/3 a call lasts), fewer when concurrent calls share them or a slot is handed over (below)\n",
+			medf(rps[viaRouter])/medf(rps[proxy]), medf(rps[viaRedis])/medf(rps[proxy]), (med(p50[viaRouter]) - a50).Round(time.Microsecond),
+			(med(p50[viaRouter]) - med(p50[inProcessPeer])).Round(time.Microsecond), (med(p50[viaRedis]) - a50).Round(time.Microsecond),
+			limits.RoundTrips(0, 0))
+		if base != nil {
+			fmt.Fprintf(&out, "@base: throughput (c)/(b) = %.2f, (c')/(b) = %.2f; added p50 (c)-(a) = %v, (c')-(a) = %v\n",
+				medf(rps[baseRouter])/medf(rps[proxy]), medf(rps[baseRedis])/medf(rps[proxy]),
+				(med(p50[baseRouter]) - a50).Round(time.Microsecond), (med(p50[baseRedis]) - a50).Round(time.Microsecond))
+		}
+		fmt.Fprintf(&out, "\nCPU µs per request at c=32 (median of rounds; machine = all busy CPU time, both vCPUs):\n| target |")
+		for _, gr := range groups {
+			fmt.Fprintf(&out, " %s |", gr.name)
+		}
+		fmt.Fprintf(&out, " machine |\n|---|%s\n", strings.Repeat("---|", len(groups)+1))
+		for i, tg := range targets {
+			fmt.Fprintf(&out, "| %s |", tg.name)
+			for j := range cpu[i] {
+				fmt.Fprintf(&out, " %.0f |", medf(cpu[i][j]))
+			}
+			out.WriteString("\n")
+		}
+		fmt.Fprintf(&out, "\n| per request | gateway CPU µs at c=1 | EVALSHA at c=1 | EVALSHA at c=32 | Redis µs in them at c=32 |\n|---|---|---|---|---|\n")
+		for _, i := range append([]int{proxy}, router...) {
+			fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.1f |\n", targets[i].name, medf(gw1[i]), medf(evalsha1[i]), medf(evalsha32[i]), medf(redisUsec[i]))
+		}
+		out.WriteString("(EVALSHA per request is Redis round trips per request when every call is of one workspace; INFO commandstats counts any other client of the server too)\n")
 	}
-	fmt.Fprintf(&out, "\n| per request | gateway CPU µs at c=1 | EVALSHA at c=1 | EVALSHA at c=32 | Redis µs in them at c=32 |\n|---|---|---|---|---|\n")
-	for _, i := range append([]int{proxy}, router...) {
-		fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.1f |\n", targets[i].name, medf(gw1[i]), medf(evalsha1[i]), medf(evalsha32[i]), medf(redisUsec[i]))
+	if base != nil {
+		// Paired at c=1: one request to each of (a), (c) and (c)@base in
+		// turn, in a new random order each cycle, so that the three see the
+		// same moments of the machine; the rounds above give each target
+		// its own 2 s, which a busy neighbour can tilt by more than the
+		// difference measured.
+		d := 10 * time.Second
+		if v, err := time.ParseDuration(os.Getenv("ROUTER_BENCH_PAIRED")); err == nil {
+			d = v
+		}
+		paired, err := loadPaired(hc, []target{targets[0], targets[viaRouter], targets[baseRouter]}, d)
+		if err != nil {
+			t.Fatalf("paired: %v", err)
+		}
+		a, c, cb := pct(paired[0], 50), pct(paired[1], 50), pct(paired[2], 50)
+		fmt.Fprintf(&out, "\npaired c=1 (%v, %d cycles): p50 (a) %v, (c) %v, (c)@base %v; added p50 (c)-(a) = %v, @base %v: ratio %.3f\n",
+			d, len(paired[0]), a.Round(time.Microsecond), c.Round(time.Microsecond), cb.Round(time.Microsecond),
+			(c - a).Round(time.Microsecond), (cb - a).Round(time.Microsecond), float64(c-a)/float64(cb-a))
 	}
-	out.WriteString("(EVALSHA per request is Redis round trips per request when every call is of one workspace; INFO commandstats counts any other client of the server too)\n")
 	if spans != nil {
 		fmt.Fprintf(&out, "OTLP bytes exported by the main gateway (tracing on): %d\n", spans.Count())
 	}
@@ -328,6 +353,45 @@ func load(hc *http.Client, url string, hdrs []http.Header, c int, d time.Duratio
 	}
 	wg.Wait()
 	return all, float64(len(all)) / time.Since(start).Seconds(), firstErr
+}
+
+// target is a URL the benchmark loads and the headers of its requests.
+type target struct {
+	name, url string
+	hdrs      []http.Header
+}
+
+// loadPaired sends one request at a time for d, one to each of targets
+// per cycle in a new random order, and returns each target's latencies.
+func loadPaired(hc *http.Client, targets []target, d time.Duration) ([][]time.Duration, error) {
+	lat := make([][]time.Duration, len(targets))
+	order := make([]int, len(targets))
+	for i := range order {
+		order[i] = i
+	}
+	for n, end := 0, time.Now().Add(d); time.Now().Before(end); n++ {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			tg := targets[i]
+			req, _ := http.NewRequest(http.MethodPost, tg.url, bytes.NewReader(prompt))
+			req.Header = tg.hdrs[n%len(tg.hdrs)].Clone()
+			t0 := time.Now()
+			resp, err := hc.Do(req)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", tg.name, err)
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", tg.name, err)
+			}
+			lat[i] = append(lat[i], time.Since(t0))
+		}
+	}
+	return lat, nil
 }
 
 func pct(lat []time.Duration, p int) time.Duration {
