@@ -57,9 +57,13 @@ type RouterCall struct {
 	ResponseContentType string
 	ResponseBody        []byte
 	Replayable          bool
-	CreatedAt           time.Time
-	UpdatedAt           time.Time
-	FinishedAt          *time.Time
+	// RehostFailed counts the results of the recorded answer that kept the
+	// partner's value because copying them failed; a replay repeats it as
+	// Comfygate-Rehost-Failed.
+	RehostFailed int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	FinishedAt   *time.Time
 	// KeyExpiresAt is when the idempotency key stops binding (nil without a key).
 	KeyExpiresAt *time.Time
 }

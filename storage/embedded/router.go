@@ -14,7 +14,7 @@ var _ storage.RouterStore = (*Store)(nil)
 
 const routerColumns = `request_id, workspace_id, model_id, state, bucket, http_status,
 	reserved_cents, charged_cents, provider_handle, idempotency_key, fingerprint,
-	response_status, response_content_type, response_body, replayable,
+	response_status, response_content_type, response_body, replayable, rehost_failed,
 	created_at, updated_at, finished_at, key_expires_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -30,7 +30,7 @@ func scanRouterCall(row rowScanner) (storage.RouterCall, error) {
 	)
 	err := row.Scan(&c.RequestID, &c.WorkspaceID, &c.ModelID, &c.State, &c.Bucket, &c.HTTPStatus,
 		&c.ReservedCents, &c.ChargedCents, &handle, &key, &c.Fingerprint,
-		&c.ResponseStatus, &c.ResponseContentType, &body, &replayable,
+		&c.ResponseStatus, &c.ResponseContentType, &body, &replayable, &c.RehostFailed,
 		&created, &updated, &finished, &keyExpires)
 	if err != nil {
 		return c, err
@@ -99,10 +99,10 @@ func (s *Store) CreateRouterCall(ctx context.Context, c storage.RouterCall, keyT
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO router_calls (`+routerColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			c.RequestID, c.WorkspaceID, c.ModelID, c.State, c.Bucket, c.HTTPStatus,
 			c.ReservedCents, c.ChargedCents, nullBytes(c.ProviderHandle), nullString(c.IdempotencyKey), c.Fingerprint,
-			c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable),
+			c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable), c.RehostFailed,
 			formatTime(c.CreatedAt), formatTime(c.UpdatedAt), nullTimeText(c.FinishedAt), nullTimeText(c.KeyExpiresAt))
 		if err != nil {
 			return err
@@ -134,7 +134,7 @@ func prefixed(alias string) string {
 		alias + `bucket, ` + alias + `http_status, ` + alias + `reserved_cents, ` + alias + `charged_cents, ` +
 		alias + `provider_handle, ` + alias + `idempotency_key, ` + alias + `fingerprint, ` +
 		alias + `response_status, ` + alias + `response_content_type, ` + alias + `response_body, ` +
-		alias + `replayable, ` + alias + `created_at, ` + alias + `updated_at, ` + alias + `finished_at, ` +
+		alias + `replayable, ` + alias + `rehost_failed, ` + alias + `created_at, ` + alias + `updated_at, ` + alias + `finished_at, ` +
 		alias + `key_expires_at`
 }
 
@@ -143,12 +143,13 @@ func (s *Store) UpdateRouterCall(ctx context.Context, c storage.RouterCall) erro
 	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE router_calls SET state = ?, bucket = ?, http_status = ?,
 			reserved_cents = ?, charged_cents = ?, provider_handle = ?, response_status = ?,
-			response_content_type = ?, response_body = ?, replayable = ?, updated_at = ?, finished_at = ?
+			response_content_type = ?, response_body = ?, replayable = ?, updated_at = ?, finished_at = ?,
+			rehost_failed = ?
 			WHERE request_id = ?
 			AND NOT (? IN ('running', 'collecting') AND state IN ('answered', 'released', 'consumed'))`,
 			c.State, c.Bucket, c.HTTPStatus, c.ReservedCents, c.ChargedCents, nullBytes(c.ProviderHandle),
 			c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable),
-			formatTime(now()), nullTimeText(c.FinishedAt), c.RequestID, c.State)
+			formatTime(now()), nullTimeText(c.FinishedAt), c.RehostFailed, c.RequestID, c.State)
 		if err != nil {
 			return fmt.Errorf("embedded: update router call: %w", err)
 		}
@@ -269,12 +270,13 @@ func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCal
 	t := formatTime(now())
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO router_calls (`+routerColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)
 			ON CONFLICT (request_id) DO UPDATE SET state = excluded.state, bucket = excluded.bucket,
 				http_status = excluded.http_status, charged_cents = excluded.charged_cents,
 				provider_handle = excluded.provider_handle, response_status = excluded.response_status,
 				response_content_type = excluded.response_content_type, response_body = excluded.response_body,
-				replayable = excluded.replayable, finished_at = excluded.finished_at, updated_at = excluded.updated_at`)
+				replayable = excluded.replayable, finished_at = excluded.finished_at, updated_at = excluded.updated_at,
+				rehost_failed = excluded.rehost_failed`)
 		if err != nil {
 			return err
 		}
@@ -286,7 +288,7 @@ func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCal
 			}
 			if _, err := stmt.ExecContext(ctx, c.RequestID, c.WorkspaceID, c.ModelID, state, c.Bucket, c.HTTPStatus,
 				c.ReservedCents, c.ChargedCents, nullBytes(c.ProviderHandle), c.Fingerprint,
-				c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable),
+				c.ResponseStatus, c.ResponseContentType, c.ResponseBody, boolInt(c.Replayable), c.RehostFailed,
 				t, t, nullTimeText(c.FinishedAt)); err != nil {
 				return err
 			}

@@ -15,14 +15,14 @@ var _ storage.RouterStore = (*Store)(nil)
 
 const routerColumns = `c.request_id, c.workspace_id, c.model_id, c.state, c.bucket, c.http_status,
 	c.reserved_cents, c.charged_cents, c.provider_handle, coalesce(c.idempotency_key, ''), c.fingerprint,
-	c.response_status, c.response_content_type, c.response_body, c.replayable,
+	c.response_status, c.response_content_type, c.response_body, c.replayable, c.rehost_failed,
 	c.created_at, c.updated_at, c.finished_at, c.key_expires_at`
 
 func scanRouterCall(row pgx.Row) (storage.RouterCall, error) {
 	var c storage.RouterCall
 	err := row.Scan(&c.RequestID, &c.WorkspaceID, &c.ModelID, &c.State, &c.Bucket, &c.HTTPStatus,
 		&c.ReservedCents, &c.ChargedCents, &c.ProviderHandle, &c.IdempotencyKey, &c.Fingerprint,
-		&c.ResponseStatus, &c.ResponseContentType, &c.ResponseBody, &c.Replayable,
+		&c.ResponseStatus, &c.ResponseContentType, &c.ResponseBody, &c.Replayable, &c.RehostFailed,
 		&c.CreatedAt, &c.UpdatedAt, &c.FinishedAt, &c.KeyExpiresAt)
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
 	c.FinishedAt, c.KeyExpiresAt = utcPtr(c.FinishedAt), utcPtr(c.KeyExpiresAt)
@@ -99,11 +99,12 @@ func (s *Store) CreateRouterCall(ctx context.Context, c storage.RouterCall, keyT
 func (s *Store) UpdateRouterCall(ctx context.Context, c storage.RouterCall) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE router_calls SET state = $2, bucket = $3, http_status = $4,
 		reserved_cents = $5, charged_cents = $6, provider_handle = $7::jsonb, response_status = $8,
-		response_content_type = $9, response_body = $10, replayable = $11, updated_at = now(), finished_at = $12
+		response_content_type = $9, response_body = $10, replayable = $11, updated_at = now(), finished_at = $12,
+		rehost_failed = $13
 		WHERE request_id = $1
 		AND NOT ($2 IN ('running', 'collecting') AND state IN ('answered', 'released', 'consumed'))`,
 		c.RequestID, c.State, c.Bucket, c.HTTPStatus, c.ReservedCents, c.ChargedCents, handleArg(c.ProviderHandle),
-		c.ResponseStatus, c.ResponseContentType, c.ResponseBody, c.Replayable, c.FinishedAt)
+		c.ResponseStatus, c.ResponseContentType, c.ResponseBody, c.Replayable, c.FinishedAt, c.RehostFailed)
 	if err != nil {
 		return mapErr("update router call", err)
 	}
@@ -196,6 +197,7 @@ func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCal
 		handles                         = make([]*string, n)
 		bodies                          = make([][]byte, n)
 		replayable                      = make([]bool, n)
+		rehostFailed                    = make([]int32, n)
 		finished                        = make([]*time.Time, n)
 	)
 	for i, c := range calls {
@@ -205,24 +207,26 @@ func (s *Store) RecordRouterCalls(ctx context.Context, calls []storage.RouterCal
 		reserved[i], charged[i] = c.ReservedCents, c.ChargedCents
 		handles[i] = handleArg(c.ProviderHandle)
 		bodies[i], replayable[i], finished[i] = c.ResponseBody, c.Replayable, c.FinishedAt
+		rehostFailed[i] = int32(c.RehostFailed)
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO router_calls (request_id, workspace_id, model_id, state, bucket, http_status,
 			reserved_cents, charged_cents, provider_handle, fingerprint, response_status,
-			response_content_type, response_body, replayable, finished_at)
+			response_content_type, response_body, replayable, finished_at, rehost_failed)
 		SELECT r.id, r.ws, r.model, r.state, r.bucket, r.status, r.reserved, r.charged, r.handle::jsonb,
-			r.fingerprint, r.rstatus, r.rtype, r.body, r.replayable, r.finished
+			r.fingerprint, r.rstatus, r.rtype, r.body, r.replayable, r.finished, r.rehost_failed
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::bigint[],
 			$8::bigint[], $9::text[], $10::text[], $11::int[], $12::text[], $13::bytea[], $14::bool[],
-			$15::timestamptz[])
+			$15::timestamptz[], $16::int[])
 			AS r(id, ws, model, state, bucket, status, reserved, charged, handle, fingerprint, rstatus, rtype,
-				body, replayable, finished)
+				body, replayable, finished, rehost_failed)
 		ON CONFLICT (request_id) DO UPDATE SET state = excluded.state, bucket = excluded.bucket,
 			http_status = excluded.http_status, charged_cents = excluded.charged_cents,
 			provider_handle = excluded.provider_handle, response_status = excluded.response_status,
 			response_content_type = excluded.response_content_type, response_body = excluded.response_body,
-			replayable = excluded.replayable, finished_at = excluded.finished_at, updated_at = now()`,
+			replayable = excluded.replayable, finished_at = excluded.finished_at,
+			rehost_failed = excluded.rehost_failed, updated_at = now()`,
 		ids, workspaces, models, states, buckets, statuses, reserved, charged, handles, fingerprints,
-		responseStatuses, types, bodies, replayable, finished)
+		responseStatuses, types, bodies, replayable, finished, rehostFailed)
 	return mapErr("record router calls", err)
 }
 

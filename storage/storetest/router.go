@@ -69,7 +69,7 @@ func testRouterCreateGetUpdate(t *testing.T, st storage.RouterStore) {
 	got.ProviderHandle = []byte(`{"kind":"fal","request_id":"r1"}`)
 	got.ResponseStatus, got.ResponseContentType = 400, "application/json"
 	got.ResponseBody = []byte{0, 1, 2, '{'}
-	got.Replayable = true
+	got.Replayable, got.RehostFailed = true, 2
 	got.FinishedAt = &fin
 	if err := st.UpdateRouterCall(ctx(t), got); err != nil {
 		t.Fatalf("UpdateRouterCall: %v", err)
@@ -79,7 +79,7 @@ func testRouterCreateGetUpdate(t *testing.T, st storage.RouterStore) {
 		t.Fatal(err)
 	}
 	if again.State != storage.RouterAnswered || again.Bucket != "content_policy_violation" ||
-		again.HTTPStatus != 400 || again.ChargedCents != 5 || !again.Replayable ||
+		again.HTTPStatus != 400 || again.ChargedCents != 5 || !again.Replayable || again.RehostFailed != 2 ||
 		again.ResponseStatus != 400 || again.ResponseContentType != "application/json" ||
 		!bytes.Equal(again.ResponseBody, got.ResponseBody) || again.FinishedAt == nil || !again.FinishedAt.Equal(fin) {
 		t.Errorf("after update: %+v", again)
@@ -259,6 +259,7 @@ func testRouterRecordBatch(t *testing.T, st storage.RouterStore) {
 	second := first
 	second.State, second.HTTPStatus, second.Bucket, second.ChargedCents = storage.RouterAnswered, 200, "", 7
 	second.ProviderHandle, second.ResponseBody, second.ResponseContentType = []byte(`{"id":"gen-1"}`), []byte("png"), "image/png"
+	second.RehostFailed = 1
 	other := newRouterCall(ws, "")
 	other.FinishedAt = nil
 	if err := st.RecordRouterCalls(ctx(t), []storage.RouterCall{first, other, second}); err != nil {
@@ -269,7 +270,7 @@ func testRouterRecordBatch(t *testing.T, st storage.RouterStore) {
 		t.Fatal(err)
 	}
 	if got.State != storage.RouterAnswered || got.HTTPStatus != 200 || got.Bucket != "" || got.ChargedCents != 7 ||
-		string(got.ResponseBody) != "png" || got.ResponseContentType != "image/png" {
+		string(got.ResponseBody) != "png" || got.ResponseContentType != "image/png" || got.RehostFailed != 1 {
 		t.Errorf("repeated request = %+v, want the later record", got)
 	}
 	var h map[string]string

@@ -295,7 +295,8 @@ func TestRehostFailuresKeepPartnerURL(t *testing.T) {
 			}
 			bfl.SetOptions(opts...)
 			start := time.Now()
-			r := call(t, http.MethodPost, tc.g.URL+"/v1/models/bfl/flux-pro", tok, []byte(`{"prompt":"x"}`), nil)
+			key := map[string]string{"Idempotency-Key": "refused-" + tc.name}
+			r := call(t, http.MethodPost, tc.g.URL+"/v1/models/bfl/flux-pro", tok, []byte(`{"prompt":"x"}`), key)
 			var ans struct{ Result struct{ Sample string } }
 			if err := jsonUnmarshal(r.Body, &ans); err != nil || r.Status != http.StatusOK {
 				t.Fatalf("call: %d %s", r.Status, r.Body)
@@ -309,6 +310,15 @@ func TestRehostFailuresKeepPartnerURL(t *testing.T) {
 			}
 			if d := time.Since(start); d > 20*time.Second {
 				t.Fatalf("the call took %s", d)
+			}
+			// A replay of the call answers the same body and header.
+			again := call(t, http.MethodPost, tc.g.URL+"/v1/models/bfl/flux-pro", tok, []byte(`{"prompt":"x"}`), key)
+			if again.Status != http.StatusOK || again.Header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body, r.Body) {
+				t.Fatalf("replay: %d replayed=%q %s, want 200, true and the first answer %s",
+					again.Status, again.Header.Get("Idempotent-Replayed"), again.Body, r.Body)
+			}
+			if got := again.Header.Get(rehost.HeaderFailed); got != "1" {
+				t.Fatalf("replay: %s = %q, want 1", rehost.HeaderFailed, got)
 			}
 		})
 	}

@@ -69,6 +69,7 @@ func replay(rec storage.RouterCall) (*Response, error) {
 	r := &Response{Status: rec.ResponseStatus, ContentType: rec.ResponseContentType, Body: rec.ResponseBody,
 		Bucket: replayBucket(rec.ResponseStatus, rec.ResponseBody)}
 	r.header().Set("Idempotent-Replayed", "true")
+	setRehostFailed(r, rec.RehostFailed)
 	return r, nil
 }
 

@@ -117,6 +117,7 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 	s.settleOrdered(lease, charged)
 	tracing.Phase(trace.SpanFromContext(ctx), "router.settle", settling, tracing.AttrCredits.Int64(charged))
 	failed := s.rehost(ctx, req, out)
+	rec.RehostFailed = failed // a replay repeats the header
 	bucket, status := out.Bucket, out.Status
 	if ctx.Err() != nil {
 		bucket, status = BucketClientDisconnected, 499
@@ -274,7 +275,7 @@ func (s *Service) finish(ctx context.Context, req Request, rec storage.RouterCal
 	s.settle(ctx, lease, charged)
 	if keyed {
 		// Only a keyed answer is read again (a same-key retry collects it).
-		s.rehost(ctx, req, out)
+		rec.RehostFailed = s.rehost(ctx, req, out)
 	}
 	s.record(ctx, rec, keyed, storage.RouterAnswered, BucketDeadline, http.StatusGatewayTimeout, out, charged)
 }
