@@ -345,6 +345,10 @@ func (d *Dispatcher) keepLease(ctx context.Context, job storage.Job, watch *bus.
 func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow.Graph, cancel context.CancelCauseFunc) *Run {
 	var lastProgress, lastPreview time.Time
 	lastDone := -1
+	// started is Progress.NodesStarted; a node counts once (ComfyUI may
+	// re-enter one), which bounds the list by the workflow's size.
+	var started []string
+	startedSet := map[string]bool{}
 	var runLog *RunLog
 	if job.DeploymentID != "" {
 		runLog = NewRunLog(storage.MaxJobLogBytes)
@@ -363,6 +367,13 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			return a, f, err
 		},
 		Progress: func(ctx context.Context, p Progress) {
+			// Recorded before the throttle: a node whose own snapshot
+			// is dropped still shows in the next one's list.
+			if p.CurrentNode != nil && *p.CurrentNode != "" && !startedSet[*p.CurrentNode] {
+				startedSet[*p.CurrentNode] = true
+				started = append(started, *p.CurrentNode)
+			}
+			p.NodesStarted = started
 			now := time.Now()
 			if p.NodesDone == lastDone && p.Value < 1 && now.Sub(lastProgress) < progressInterval {
 				return // within a node; the final snapshot always passes

@@ -374,6 +374,8 @@ func TestDispatcherWorkerLost(t *testing.T) {
 type progressExecutor struct {
 	catalog func(context.Context) (workflow.Catalog, error)
 	steps   []int
+	// nodes are the current node of each step ("" for none), when set.
+	nodes []string
 }
 
 func (p *progressExecutor) Catalog(ctx context.Context) (workflow.Catalog, error) {
@@ -381,8 +383,12 @@ func (p *progressExecutor) Catalog(ctx context.Context) (workflow.Catalog, error
 }
 
 func (p *progressExecutor) Execute(ctx context.Context, run *Run) error {
-	for _, done := range p.steps {
-		run.Progress(ctx, Progress{Value: float64(done) / 4, NodesDone: done, NodesTotal: 4})
+	for i, done := range p.steps {
+		pr := Progress{Value: float64(done) / 4, NodesDone: done, NodesTotal: 4}
+		if i < len(p.nodes) && p.nodes[i] != "" {
+			pr.CurrentNode = &p.nodes[i]
+		}
+		run.Progress(ctx, pr)
 	}
 	return nil
 }
@@ -407,6 +413,32 @@ func TestDispatcherProgressStoredLatest(t *testing.T) {
 	done, _ := e.store.GetJob(ctx, "acct", j.ID)
 	var p Progress
 	if err := json.Unmarshal(done.Progress, &p); err != nil || p.NodesDone != 4 || p.Value != 1 {
+		t.Fatalf("stored progress %s", done.Progress)
+	}
+}
+
+// TestDispatcherNodesStarted: every snapshot lists the nodes started so
+// far, each once, in order, including a node whose own snapshot the
+// throttle dropped ("b" here, named first by the third snapshot).
+func TestDispatcherNodesStarted(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	j, sub := e.submitWatchedInvert(t)
+	exec := &progressExecutor{catalog: e.exec.Catalog, steps: []int{1, 1, 1, 2, 3, 3, 4},
+		nodes: []string{"a", "a", "b", "c", "c", "a", ""}}
+	stop := startDispatcher(t, e, exec, 3)
+	w := collect(t, sub)
+	stop()
+	var seen []string
+	for _, p := range w.progress {
+		seen = append(seen, fmt.Sprint(p.NodesStarted))
+	}
+	if got := strings.Join(seen, " "); got != "[a] [a b c] [a b c] [a b c]" {
+		t.Fatalf("published nodes_started %s", got)
+	}
+	done, _ := e.store.GetJob(ctx, "acct", j.ID)
+	var p Progress
+	if err := json.Unmarshal(done.Progress, &p); err != nil || fmt.Sprint(p.NodesStarted) != "[a b c]" {
 		t.Fatalf("stored progress %s", done.Progress)
 	}
 }

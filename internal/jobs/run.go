@@ -20,6 +20,15 @@ type Progress struct {
 	Step             *int    `json:"step"`
 	Steps            *int    `json:"steps"`
 	Message          *string `json:"message"`
+	// NodesStarted are the nodes this attempt has started so far, each
+	// once, in the order they started (the current node last while one
+	// runs). The dispatcher fills it from the snapshots the executor
+	// reports, whichever executor it is, so that storage holds the order
+	// the nodes ran in: a follower that starts from a snapshot mid-run
+	// (a ComfyUI socket on another gateway process, which learns of the
+	// prompt only after it started) announces the nodes it missed, in
+	// order, instead of skipping them.
+	NodesStarted []string `json:"nodes_started,omitempty"`
 }
 
 // OutputFile is a file an executor produced, to be committed as an asset.

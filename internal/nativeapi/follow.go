@@ -67,8 +67,11 @@ type Follower struct {
 	// nodesDone is the highest nodes_done seen this attempt: a progress
 	// event below it was overtaken by a snapshot read after it.
 	nodesDone int
-	done      bool
-	now       func() time.Time
+	// listed is how much of the job's NodesStarted has been taken in
+	// this attempt.
+	listed int
+	done   bool
+	now    func() time.Time
 }
 
 // NewFollower follows job id.
@@ -91,7 +94,7 @@ func (f *Follower) start(attempt int) []Frame {
 	case !f.started:
 	case attempt > f.attempt && f.attempt > 0:
 		f.pending, f.order, f.nodesDone = map[string][]storage.Output{}, nil, 0
-		f.ran, f.lastProgress = nil, [3]any{}
+		f.ran, f.lastProgress, f.listed = nil, [3]any{}, 0
 	default:
 		f.attempt = max(f.attempt, attempt)
 		return nil
@@ -155,13 +158,7 @@ func (f *Follower) Job(j storage.Job) []Frame {
 		return nil
 	case storage.JobRunning, storage.JobCanceling:
 		out = append(out, f.start(j.Attempt)...)
-		if len(j.Progress) > 0 {
-			out = append(out, f.Progress(j.Progress)...)
-		}
-		for _, o := range j.Outputs {
-			out = append(out, f.Output(o)...)
-		}
-		return out
+		return append(out, f.snapshot(j)...)
 	}
 	// Terminal.
 	if !f.started && j.StartedAt == nil {
@@ -169,12 +166,7 @@ func (f *Follower) Job(j storage.Job) []Frame {
 		return nil
 	}
 	out = append(out, f.start(j.Attempt)...)
-	if len(j.Progress) > 0 { // the last snapshot, for a client that saw none
-		out = append(out, f.Progress(j.Progress)...)
-	}
-	for _, o := range j.Outputs {
-		out = append(out, f.Output(o)...)
-	}
+	out = append(out, f.snapshot(j)...) // the last snapshot, for a client that saw none
 	out = append(out, f.flush("")...)
 	ts := f.timestamp()
 	switch j.Status {
@@ -205,11 +197,50 @@ func (f *Follower) ranBefore(j storage.Job, node string) []string {
 	return ran
 }
 
+// snapshot takes a stored job's progress and outputs as they happened:
+// each node's outputs right after its executing (so its executed comes
+// before the next node's executing, as ComfyUI sends them), then the
+// outputs of nodes the progress does not list.
+func (f *Follower) snapshot(j storage.Job) []Frame {
+	var out []Frame
+	if len(j.Progress) > 0 {
+		byNode := map[string][]storage.Output{}
+		for _, o := range j.Outputs {
+			byNode[o.NodeID] = append(byNode[o.NodeID], o)
+		}
+		out = f.progress(j.Progress, byNode)
+	}
+	for _, o := range j.Outputs {
+		out = append(out, f.Output(o)...)
+	}
+	return out
+}
+
 // Progress takes a progress snapshot (jobs.Progress JSON). The node it
 // names is announced with executing; progress carries the node's
 // step/steps when the executor reports them (a sampler), else the nodes
 // done of the nodes to run.
 func (f *Follower) Progress(raw json.RawMessage) []Frame {
+	return f.progress(raw, nil)
+}
+
+// progress is Progress; outputs are the committed outputs by node, of a
+// snapshot read from storage (nil for a bus event).
+//
+// Nodes the snapshot lists as started (NodesStarted) that this follower
+// has not taken in yet are announced first, in order, each with its
+// outputs. That is how a follower that starts late catches up: a socket
+// on another gateway process follows a prompt from its announcement, sent
+// once POST /prompt has answered, and the prompt may have run nodes by
+// then (a local socket is subscribed before the prompt exists, see
+// Session.hold). Storage, not the bus, carries the list, so the catch-up
+// holds whichever process ran the prompt, whichever executor (built-in
+// or ComfyUI peer: the list is the order the executor reported, not one
+// recomputed from the graph), and after lost events. A pre-announcement
+// on the bus before the job is created would still race with the remote
+// session's subscription to the job's events, so it could not replace
+// this. A node already announced is never announced again.
+func (f *Follower) progress(raw json.RawMessage, outputs map[string][]storage.Output) []Frame {
 	if f.done {
 		return nil
 	}
@@ -219,6 +250,17 @@ func (f *Follower) Progress(raw json.RawMessage) []Frame {
 	}
 	f.nodesDone = p.NodesDone
 	out := f.start(0)
+	for ; f.listed < len(p.NodesStarted); f.listed++ {
+		node := p.NodesStarted[f.listed]
+		if node == "" || node == f.node || slices.Contains(f.ran, node) {
+			continue
+		}
+		out = append(out, f.flush(node)...)
+		out = append(out, f.executing(node)...)
+		for _, o := range outputs[node] {
+			out = append(out, f.Output(o)...)
+		}
+	}
 	node := ""
 	if p.CurrentNode != nil {
 		node = *p.CurrentNode
@@ -246,7 +288,9 @@ func (f *Follower) Output(o storage.Output) []Frame {
 	}
 	f.sent[o.Asset.ID] = true
 	out := f.start(0)
-	if o.NodeID != f.node {
+	// A node that ran before the current one (its outputs come late) is
+	// not announced again; they go out with the next flush.
+	if o.NodeID != f.node && !slices.Contains(f.ran, o.NodeID) {
 		out = append(out, f.flush(o.NodeID)...)
 		out = append(out, f.executing(o.NodeID)...)
 	}

@@ -23,6 +23,17 @@ func progress(node string, done, total int, steps ...int) json.RawMessage {
 	return b
 }
 
+// listed is a snapshot whose nodes_started is started (node "" names none
+// running: the last snapshot).
+func listed(node string, done, total int, started ...string) json.RawMessage {
+	p := jobs.Progress{NodesDone: done, NodesTotal: total, NodesStarted: started}
+	if node != "" {
+		p.CurrentNode = &node
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
 func output(node, asset, name string) storage.Output {
 	return storage.Output{NodeID: node, Name: name, Type: "image",
 		Asset: storage.Asset{ID: asset, FilePath: jobID + "/" + name}}
@@ -163,6 +174,52 @@ func TestFollower(t *testing.T) {
 			name:  "nothing after the end",
 			steps: []step{job(snapshot(storage.JobSucceeded, 1)), prog(progress("9", 9, 9)), out(output("9", "z", "z.png")), preview(png)},
 			want:  "execution_start execution_cached execution_success executing:<nil>",
+		},
+		{
+			name: "a follower that starts mid-run announces the nodes started before, each with its outputs",
+			steps: []step{job(func() storage.Job {
+				j := snapshot(storage.JobRunning, 1, output("2", "a1", "p.png"))
+				j.Progress = listed("4", 3, 5, "1", "2", "3", "4")
+				return j
+			}()), prog(listed("3", 2, 5, "1", "2", "3")), prog(listed("5", 4, 5, "1", "2", "3", "4", "5")),
+				out(output("2", "a1", "p.png")), out(output("5", "a2", "x.png")),
+				job(func() storage.Job {
+					j := snapshot(storage.JobSucceeded, 1, output("2", "a1", "p.png"), output("5", "a2", "x.png"))
+					j.Progress = listed("", 5, 5, "1", "2", "3", "4", "5")
+					return j
+				}())},
+			want: "execution_start execution_cached executing:1 executing:2 executed:2×1 executing:3 executing:4 progress:3/5 " +
+				"executing:5 progress:4/5 progress:5/5 executed:5×1 execution_success executing:<nil>",
+		},
+		{
+			name: "a prompt that ended before it was followed is told whole, every node in order",
+			steps: []step{job(func() storage.Job {
+				j := snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png"))
+				j.Progress = listed("", 3, 3, "1", "2", "3")
+				return j
+			}())},
+			want: "execution_start execution_cached executing:1 executing:2 executing:3 progress:3/3 executed:3×1 execution_success executing:<nil>",
+		},
+		{
+			name: "followed from the start, the list repeats nothing; a late output does not announce its node again",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(listed("1", 0, 3, "1")), prog(listed("2", 1, 3, "1", "2")),
+				out(output("1", "a1", "x.png")), prog(listed("3", 2, 3, "1", "2", "3"))},
+			want: "execution_start execution_cached executing:1 progress:0/3 executing:2 progress:1/3 executed:1×1 executing:3 progress:2/3",
+		},
+		{
+			name:  "a node whose own snapshot was dropped is announced from the next one's list",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(listed("1", 0, 3, "1")), prog(listed("3", 2, 3, "1", "2", "3"))},
+			want:  "execution_start execution_cached executing:1 progress:0/3 executing:2 executing:3 progress:2/3",
+		},
+		{
+			name: "a retry starts the list over",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(listed("2", 1, 2, "1", "2")), job(snapshot(storage.JobQueued, 1)),
+				job(func() storage.Job {
+					j := snapshot(storage.JobRunning, 2)
+					j.Progress = listed("2", 1, 2, "1", "2")
+					return j
+				}())},
+			want: "execution_start execution_cached executing:1 executing:2 progress:1/2 execution_start execution_cached executing:1 executing:2 progress:1/2",
 		},
 		{
 			name:  "previews while running, none before",

@@ -71,7 +71,8 @@ func (s *Service) unregister(sess *Session) {
 
 // hold has this process's sessions of the client id follow jobID from
 // before it is queued (see Session.hold); sessions in other processes
-// start on the announcement. The returned func releases them (true) or
+// start on the announcement, and catch up on the nodes the prompt ran
+// before it from the job's stored progress (see Follower.progress). The returned func releases them (true) or
 // drops them (false: the prompt was not queued).
 func (s *Service) hold(account, clientID, jobID string) func(ok bool) {
 	sessions.Lock()
