@@ -97,7 +97,7 @@ func Enable(ctx context.Context, serviceName, version string) (release func(cont
 		if v, _ := res.Set().Value(semconv.ServiceNameKey); isDefaultServiceName(v.AsString()) {
 			res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(serviceName)))
 		}
-		provider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		provider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(newBatcher(exp, batchConfigFromEnv())), sdktrace.WithResource(res))
 		t := provider.Tracer(ScopeName)
 		current.Store(&t)
 		on.Store(true)

@@ -1,0 +1,169 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// batcher is a span processor that hands ended spans to an exporter in
+// batches, as the SDK's BatchSpanProcessor does and configured by the same
+// OTEL_BSP_* variables, but without waking a goroutine for every span: the
+// SDK's processor sends each ended span over a channel to its export
+// goroutine, so a request that ends a span pays that goroutine's wake-up
+// (a futex call when the other processors are idle) and the goroutine a
+// trip through the scheduler. Here an ended span is appended under a
+// mutex, and the export goroutine wakes only when a batch is full or the
+// schedule delay has passed. On the router's path at one call at a time
+// that halves tracing's added latency (BENCHMARKS.md#tracing-issue-30).
+type batcher struct {
+	exp sdktrace.SpanExporter
+	cfg batchConfig
+
+	mu      sync.Mutex
+	queue   []sdktrace.ReadOnlySpan
+	closed  bool  // shut down: nothing more is queued
+	dropped int64 // spans dropped because the queue was full
+
+	full     chan struct{} // a batch is ready (capacity 1)
+	stop     chan struct{}
+	stopped  chan struct{}
+	stopOnce sync.Once
+	// exporting serialises exports (the loop, ForceFlush, Shutdown), so
+	// that a flush returns only once every span ended before it is out.
+	exporting sync.Mutex
+}
+
+// batchConfig is the batcher's pace and bounds.
+type batchConfig struct {
+	delay    time.Duration // OTEL_BSP_SCHEDULE_DELAY: the longest a span waits
+	timeout  time.Duration // OTEL_BSP_EXPORT_TIMEOUT, per export
+	maxQueue int           // OTEL_BSP_MAX_QUEUE_SIZE: ended spans waiting; more are dropped
+	maxBatch int           // OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+}
+
+// batchConfigFromEnv reads the OTEL_BSP_* variables, with the SDK's
+// defaults for those unset or not a positive number.
+func batchConfigFromEnv() batchConfig {
+	return batchConfig{
+		delay:    envMillis("OTEL_BSP_SCHEDULE_DELAY", sdktrace.DefaultScheduleDelay*time.Millisecond),
+		timeout:  envMillis("OTEL_BSP_EXPORT_TIMEOUT", sdktrace.DefaultExportTimeout*time.Millisecond),
+		maxQueue: envInt("OTEL_BSP_MAX_QUEUE_SIZE", sdktrace.DefaultMaxQueueSize),
+		maxBatch: envInt("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", sdktrace.DefaultMaxExportBatchSize),
+	}
+}
+
+// newBatcher starts a batcher exporting to exp.
+func newBatcher(exp sdktrace.SpanExporter, cfg batchConfig) *batcher {
+	cfg.maxBatch = min(cfg.maxBatch, cfg.maxQueue) // as the SDK's processor
+	b := &batcher{
+		exp: exp, cfg: cfg,
+		full:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go b.run()
+	return b
+}
+
+func (b *batcher) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd queues s, or drops it when the queue is full.
+func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() {
+		return
+	}
+	b.mu.Lock()
+	if b.closed || len(b.queue) >= b.cfg.maxQueue {
+		b.dropped++
+		b.mu.Unlock()
+		return
+	}
+	b.queue = append(b.queue, s)
+	ready := len(b.queue) == b.cfg.maxBatch
+	b.mu.Unlock()
+	if ready {
+		select {
+		case b.full <- struct{}{}:
+		default: // already signalled
+		}
+	}
+}
+
+func (b *batcher) run() {
+	defer close(b.stopped)
+	tick := time.NewTicker(b.cfg.delay)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+		case <-b.full:
+		}
+		if err := b.export(context.Background()); err != nil {
+			otel.Handle(err)
+		}
+	}
+}
+
+// export sends every span queued now, in batches of at most maxBatch.
+func (b *batcher) export(ctx context.Context) error {
+	b.exporting.Lock()
+	defer b.exporting.Unlock()
+	b.mu.Lock()
+	spans := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	var errs error
+	for len(spans) > 0 {
+		n := min(len(spans), b.cfg.maxBatch)
+		ectx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+		errs = errors.Join(errs, b.exp.ExportSpans(ectx, spans[:n]))
+		cancel()
+		spans = spans[n:]
+	}
+	return errs
+}
+
+// ForceFlush exports every span ended so far.
+func (b *batcher) ForceFlush(ctx context.Context) error { return b.export(ctx) }
+
+// Shutdown stops the export goroutine, exports what is queued and shuts
+// the exporter down. Spans ended after it are dropped.
+func (b *batcher) Shutdown(ctx context.Context) error {
+	err := errors.New("tracing: span processor already shut down")
+	b.stopOnce.Do(func() {
+		close(b.stop)
+		<-b.stopped
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		err = errors.Join(b.export(ctx), b.exp.Shutdown(ctx))
+	})
+	return err
+}
+
+// envMillis reads a duration in milliseconds from the environment.
+func envMillis(name string, def time.Duration) time.Duration {
+	if n := envInt(name, -1); n > 0 {
+		return time.Duration(n) * time.Millisecond
+	}
+	return def
+}
+
+// envInt reads a positive integer from the environment.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+var _ sdktrace.SpanProcessor = (*batcher)(nil)
