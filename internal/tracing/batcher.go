@@ -35,9 +35,14 @@ type batcher struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	stopOnce sync.Once
-	// exporting serialises exports (the loop, ForceFlush, Shutdown), so
-	// that a flush returns only once every span ended before it is out.
-	exporting sync.Mutex
+	// loopCtx bounds the loop's exports; Shutdown cancels it when its own
+	// context ends first.
+	loopCtx    context.Context
+	cancelLoop context.CancelFunc
+	// exporting is a token that serialises exports (the loop, ForceFlush,
+	// Shutdown), so that a flush returns only once every span ended
+	// before it is out; a channel, so that waiting for it heeds a context.
+	exporting chan struct{}
 }
 
 // batchConfig is the batcher's pace and bounds.
@@ -64,10 +69,12 @@ func newBatcher(exp sdktrace.SpanExporter, cfg batchConfig) *batcher {
 	cfg.maxBatch = min(cfg.maxBatch, cfg.maxQueue) // as the SDK's processor
 	b := &batcher{
 		exp: exp, cfg: cfg,
-		full:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		full:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+		exporting: make(chan struct{}, 1),
 	}
+	b.loopCtx, b.cancelLoop = context.WithCancel(context.Background())
 	go b.run()
 	return b
 }
@@ -107,7 +114,7 @@ func (b *batcher) run() {
 		case <-tick.C:
 		case <-b.full:
 		}
-		if err := b.export(context.Background()); err != nil {
+		if err := b.export(b.loopCtx); err != nil {
 			otel.Handle(err)
 		}
 	}
@@ -115,8 +122,12 @@ func (b *batcher) run() {
 
 // export sends every span queued now, in batches of at most maxBatch.
 func (b *batcher) export(ctx context.Context) error {
-	b.exporting.Lock()
-	defer b.exporting.Unlock()
+	select {
+	case b.exporting <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-b.exporting }()
 	b.mu.Lock()
 	spans := b.queue
 	b.queue = nil
@@ -136,12 +147,19 @@ func (b *batcher) export(ctx context.Context) error {
 func (b *batcher) ForceFlush(ctx context.Context) error { return b.export(ctx) }
 
 // Shutdown stops the export goroutine, exports what is queued and shuts
-// the exporter down. Spans ended after it are dropped.
+// the exporter down, within ctx: an export under way when ctx ends is
+// cancelled. Spans ended after it are dropped.
 func (b *batcher) Shutdown(ctx context.Context) error {
 	err := errors.New("tracing: span processor already shut down")
 	b.stopOnce.Do(func() {
+		defer b.cancelLoop()
 		close(b.stop)
-		<-b.stopped
+		select {
+		case <-b.stopped:
+		case <-ctx.Done():
+			b.cancelLoop()
+			<-b.stopped
+		}
 		b.mu.Lock()
 		b.closed = true
 		b.mu.Unlock()

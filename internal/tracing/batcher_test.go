@@ -78,6 +78,24 @@ func waitExported(t *testing.T, exp *gatedExporter, n int) []string {
 	}
 }
 
+// waitTaken waits until b's loop has taken its queue to export.
+func waitTaken(t *testing.T, b *batcher) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		taken := len(b.queue) == 0
+		b.mu.Unlock()
+		if taken {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the loop did not take the full batch")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestBatcher(t *testing.T) {
 	long := batchConfig{delay: time.Hour, timeout: time.Minute, maxQueue: 100, maxBatch: 4}
 	for _, tc := range []struct {
@@ -133,19 +151,7 @@ func TestBatcher(t *testing.T) {
 			func(t *testing.T, b *batcher, exp *gatedExporter) {
 				exp.gate = make(chan struct{})
 				endSpans(b, "first", 3, true) // a full batch: the loop takes it and waits at the gate
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					b.mu.Lock()
-					taken := len(b.queue) == 0
-					b.mu.Unlock()
-					if taken {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the loop did not take the first batch")
-					}
-					time.Sleep(time.Millisecond)
-				}
+				waitTaken(t, b)
 				endSpans(b, "second", 5, true) // 3 fit, 2 are dropped
 				close(exp.gate)
 				if err := b.ForceFlush(context.Background()); err != nil {
@@ -183,6 +189,37 @@ func TestBatcher(t *testing.T) {
 				}
 				if err := b.Shutdown(context.Background()); err == nil {
 					t.Fatal("a second Shutdown succeeded")
+				}
+			}},
+		{"Shutdown and ForceFlush end with their context while an export hangs", long,
+			func(t *testing.T, b *batcher, exp *gatedExporter) {
+				exp.gate = make(chan struct{}) // never opened
+				endSpans(b, "stuck", 4, true)  // a full batch: the loop's export waits at the gate
+				waitTaken(t, b)
+				endSpans(b, "queued", 1, true)
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				if err := b.ForceFlush(ctx); err == nil {
+					t.Fatal("ForceFlush succeeded with its export stuck")
+				}
+				done := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					defer cancel()
+					done <- b.Shutdown(ctx)
+				}()
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Fatal("Shutdown succeeded with its export stuck")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Shutdown did not return after its context ended")
+				}
+				select {
+				case <-b.stopped:
+				default:
+					t.Fatal("the export goroutine still runs")
 				}
 			}},
 	} {
