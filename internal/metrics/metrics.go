@@ -84,6 +84,10 @@ var (
 		"Time to copy one router result (fetch or decode, and store), by kind.", requestBuckets, "kind")
 )
 
+// Tracing.
+var TracingSpansDropped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "tracing_spans_dropped_total",
+	Help: "Ended spans dropped before export: the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE) or the export was cut short by shutdown."})
+
 // Errors.
 var ErrorResponses = counterVec("error_responses_total",
 	"Error answers (the v2 envelope and the router's error bodies), by error code.", "code")
@@ -95,7 +99,7 @@ var processCollectors = []prometheus.Collector{
 	StreamsOpen, IdempotencyKeyReuses,
 	RouterCalls, RouterCallDuration, RouterLimitRefusals, RouterReplays, RouterSpendReserved, RouterSpendSettled,
 	RouterRehostCopies, RouterRehostBytes, RouterRehostDuration,
-	ErrorResponses,
+	TracingSpansDropped, ErrorResponses,
 }
 
 // Register adds this process's series and state (which reads the shared

@@ -10,6 +10,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/comfygate/comfygate/internal/metrics"
 )
 
 // batcher is a span processor that hands ended spans to an exporter in
@@ -66,7 +68,9 @@ func batchConfigFromEnv() batchConfig {
 
 // newBatcher starts a batcher exporting to exp.
 func newBatcher(exp sdktrace.SpanExporter, cfg batchConfig) *batcher {
-	cfg.maxBatch = min(cfg.maxBatch, cfg.maxQueue) // as the SDK's processor
+	if cfg.maxBatch > cfg.maxQueue { // as the SDK's processor
+		cfg.maxBatch = min(sdktrace.DefaultMaxExportBatchSize, cfg.maxQueue)
+	}
 	b := &batcher{
 		exp: exp, cfg: cfg,
 		full:      make(chan struct{}, 1),
@@ -90,6 +94,7 @@ func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
 	if b.closed || len(b.queue) >= b.cfg.maxQueue {
 		b.dropped++
 		b.mu.Unlock()
+		metrics.TracingSpansDropped.Inc()
 		return
 	}
 	b.queue = append(b.queue, s)
@@ -121,6 +126,7 @@ func (b *batcher) run() {
 }
 
 // export sends every span queued now, in batches of at most maxBatch.
+// Once ctx ends, the batches not yet sent are dropped.
 func (b *batcher) export(ctx context.Context) error {
 	select {
 	case b.exporting <- struct{}{}:
@@ -134,6 +140,10 @@ func (b *batcher) export(ctx context.Context) error {
 	b.mu.Unlock()
 	var errs error
 	for len(spans) > 0 {
+		if err := ctx.Err(); err != nil {
+			b.drop(len(spans))
+			return errors.Join(errs, err)
+		}
 		n := min(len(spans), b.cfg.maxBatch)
 		ectx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 		errs = errors.Join(errs, b.exp.ExportSpans(ectx, spans[:n]))
@@ -143,29 +153,60 @@ func (b *batcher) export(ctx context.Context) error {
 	return errs
 }
 
-// ForceFlush exports every span ended so far.
-func (b *batcher) ForceFlush(ctx context.Context) error { return b.export(ctx) }
+// drop counts n spans that will not be exported.
+func (b *batcher) drop(n int) {
+	b.mu.Lock()
+	b.dropped += int64(n)
+	b.mu.Unlock()
+	metrics.TracingSpansDropped.Add(float64(n))
+}
+
+// ForceFlush exports every span ended so far. It returns when that is
+// done or ctx ends, whichever is first: an exporter that ignores its
+// context cannot hold the caller.
+func (b *batcher) ForceFlush(ctx context.Context) error {
+	return within(ctx, func() error { return b.export(ctx) })
+}
 
 // Shutdown stops the export goroutine, exports what is queued and shuts
-// the exporter down, within ctx: an export under way when ctx ends is
-// cancelled. Spans ended after it are dropped.
+// the exporter down, returning when that is done or ctx ends, whichever is
+// first; an export under way then is cancelled. Spans ended after it are
+// dropped.
 func (b *batcher) Shutdown(ctx context.Context) error {
 	err := errors.New("tracing: span processor already shut down")
 	b.stopOnce.Do(func() {
-		defer b.cancelLoop()
-		close(b.stop)
-		select {
-		case <-b.stopped:
-		case <-ctx.Done():
-			b.cancelLoop()
+		err = within(ctx, func() error {
+			close(b.stop)
 			<-b.stopped
-		}
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
-		err = errors.Join(b.export(ctx), b.exp.Shutdown(ctx))
+			b.mu.Lock()
+			b.closed = true
+			b.mu.Unlock()
+			err := b.export(ctx)
+			b.mu.Lock()
+			left := len(b.queue) // when ctx ended before the export began
+			b.queue = nil
+			b.mu.Unlock()
+			if left > 0 {
+				b.drop(left)
+			}
+			return errors.Join(err, b.exp.Shutdown(ctx))
+		})
+		b.cancelLoop() // ends the loop's export if ctx ended first
 	})
 	return err
+}
+
+// within runs f and returns its error, or ctx's once ctx ends first (f
+// then goes on alone).
+func within(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // envMillis reads a duration in milliseconds from the environment.

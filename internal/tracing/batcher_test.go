@@ -16,11 +16,14 @@ type gatedExporter struct {
 	names    []string
 	batches  []int
 	gate     chan struct{}
+	deaf     bool // waits at the gate whatever its context
 	shutdown bool
 }
 
 func (e *gatedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if e.gate != nil {
+	if e.gate != nil && e.deaf {
+		<-e.gate
+	} else if e.gate != nil {
 		select {
 		case <-e.gate:
 		case <-ctx.Done():
@@ -216,10 +219,50 @@ func TestBatcher(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatal("Shutdown did not return after its context ended")
 				}
-				select {
+				select { // the loop's export was cancelled with Shutdown's context
 				case <-b.stopped:
-				default:
+				case <-time.After(10 * time.Second):
 					t.Fatal("the export goroutine still runs")
+				}
+				// "queued" is dropped: its export came after Shutdown's
+				// context ended (counted once Shutdown's work, which goes
+				// on alone, gets there).
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+					b.mu.Lock()
+					dropped := b.dropped
+					b.mu.Unlock()
+					if dropped == 1 {
+						break
+					}
+					if dropped > 1 || time.Now().After(deadline) {
+						t.Fatalf("dropped %d, want 1", dropped)
+					}
+				}
+			}},
+		{"Shutdown returns with its context even when the exporter ignores it", long,
+			func(t *testing.T, b *batcher, exp *gatedExporter) {
+				exp.gate, exp.deaf = make(chan struct{}), true
+				defer close(exp.gate) // lets the stuck export end with the test
+				endSpans(b, "stuck", 4, true)
+				waitTaken(t, b)
+				done := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					defer cancel()
+					done <- b.Shutdown(ctx)
+				}()
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Fatal("Shutdown succeeded with its export stuck")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Shutdown did not return after its context ended")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				if err := b.ForceFlush(ctx); err == nil {
+					t.Fatal("ForceFlush succeeded with an export stuck")
 				}
 			}},
 	} {
