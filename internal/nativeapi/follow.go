@@ -64,6 +64,10 @@ type Follower struct {
 	// lastProgress is the progress frame's data sent last; an equal one is
 	// not sent again.
 	lastProgress [3]any
+	// countSent is the highest nodes done sent as a progress value this
+	// attempt (-1: none): a count goes out once, with the node whose
+	// snapshot first carried it, not again with the next node's start.
+	countSent int
 	// nodesDone is the highest nodes_done seen this attempt: a progress
 	// event below it was overtaken by a snapshot read after it.
 	nodesDone int
@@ -76,7 +80,7 @@ type Follower struct {
 
 // NewFollower follows job id.
 func NewFollower(jobID string) *Follower {
-	return &Follower{jobID: jobID, sent: map[string]bool{}, pending: map[string][]storage.Output{}, now: time.Now}
+	return &Follower{jobID: jobID, sent: map[string]bool{}, pending: map[string][]storage.Output{}, countSent: -1, now: time.Now}
 }
 
 // Done reports whether the job's end has been sent.
@@ -94,7 +98,7 @@ func (f *Follower) start(attempt int) []Frame {
 	case !f.started:
 	case attempt > f.attempt && f.attempt > 0:
 		f.pending, f.order, f.nodesDone = map[string][]storage.Output{}, nil, 0
-		f.ran, f.lastProgress, f.listed = nil, [3]any{}, 0
+		f.ran, f.lastProgress, f.countSent, f.listed = nil, [3]any{}, -1, 0
 	default:
 		f.attempt = max(f.attempt, attempt)
 		return nil
@@ -217,9 +221,9 @@ func (f *Follower) snapshot(j storage.Job) []Frame {
 }
 
 // Progress takes a progress snapshot (jobs.Progress JSON). The node it
-// names is announced with executing; progress carries the node's
+// names is announced with executing; progress carries that node and its
 // step/steps when the executor reports them (a sampler), else the nodes
-// done of the nodes to run.
+// done of the nodes to run when that count rises (see progressFrame).
 func (f *Follower) Progress(raw json.RawMessage) []Frame {
 	return f.progress(raw, nil)
 }
@@ -266,18 +270,45 @@ func (f *Follower) progress(raw json.RawMessage, outputs map[string][]storage.Ou
 		node = *p.CurrentNode
 	}
 	if node != "" && node != f.node {
+		if slices.Contains(f.ran, node) {
+			// A snapshot of a node that is over, taken in after the
+			// next node's (a storage read behind a bus event): its
+			// node is not announced again, nor its step sent as the
+			// running node's.
+			return out
+		}
 		out = append(out, f.flush(node)...)
 		out = append(out, f.executing(node)...)
 	}
+	return append(out, f.progressFrame(p)...)
+}
+
+// progressFrame is the snapshot's progress message, about the node
+// running (the last one announced, for the last snapshot, which names
+// none; none before a node is announced, as the peer pool's snapshot
+// after execution_cached): the node's step/steps when the executor
+// reports them, else the nodes done of the nodes to run, only when that
+// count rises. ComfyUI sends progress only from a node's own progress
+// bar, with that node; a count sent again with the next node's start
+// would read, to a client that draws each node's progress, as the next
+// node being that far along already (the ComfyUI-peer pool reports a
+// node's end and the next one's start as two snapshots with the same
+// count, both stored when they are 250 ms or more apart).
+func (f *Follower) progressFrame(p jobs.Progress) []Frame {
 	value, maxValue := p.NodesDone, p.NodesTotal
-	if p.Step != nil && p.Steps != nil && *p.Steps > 0 {
+	steps := p.Step != nil && p.Steps != nil && *p.Steps > 0
+	if steps {
 		value, maxValue = *p.Step, *p.Steps
 	}
-	if sent := [3]any{value, maxValue, f.node}; maxValue > 0 && sent != f.lastProgress {
-		f.lastProgress = sent
-		out = append(out, textFrame("progress", map[string]any{"value": value, "max": maxValue, "prompt_id": f.jobID, "node": nullable(f.node)}))
+	sent := [3]any{value, maxValue, f.node}
+	if f.node == "" || maxValue <= 0 || sent == f.lastProgress || !steps && p.NodesDone <= f.countSent {
+		return nil
 	}
-	return out
+	if !steps {
+		f.countSent = p.NodesDone
+	}
+	f.lastProgress = sent
+	return []Frame{textFrame("progress", map[string]any{"value": value, "max": maxValue, "prompt_id": f.jobID, "node": nullable(f.node)})}
 }
 
 // Output takes a committed output; it is sent with its node's others as

@@ -222,6 +222,12 @@ func TestFollower(t *testing.T) {
 			want: "execution_start execution_cached executing:1 executing:2 progress:1/2 execution_start execution_cached executing:1 executing:2 progress:1/2",
 		},
 		{
+			name: "a snapshot of a node that is over, read after the next node's, does not announce it again",
+			steps: []step{job(snapshot(storage.JobRunning, 1)), prog(progress("1", 0, 2)), prog(progress("2", 1, 2)),
+				prog(progress("1", 1, 2))},
+			want: "execution_start execution_cached executing:1 progress:0/2 executing:2 progress:1/2",
+		},
+		{
 			name:  "previews while running, none before",
 			steps: []step{preview(png), job(snapshot(storage.JobRunning, 1)), preview(png)},
 			want:  "execution_start execution_cached binary1",
@@ -256,5 +262,101 @@ func TestPreviewFraming(t *testing.T) {
 	if binary.BigEndian.Uint32(meta) != 4 || json.Unmarshal(meta[8:8+n], &m) != nil ||
 		m["node_id"] != "7" || m["prompt_id"] != jobID || m["image_type"] != "image/jpeg" || string(meta[8+n:]) != "\xff\xd8\xff" {
 		t.Errorf("type 4 frame % x (meta %v)", meta, m)
+	}
+}
+
+// progressFrames renders the progress frames among frames as
+// "value/max@node", in order.
+func progressFrames(t *testing.T, frames []Frame) string {
+	t.Helper()
+	var parts []string
+	for _, fr := range frames {
+		var m struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		if fr.Text == nil || json.Unmarshal(fr.Text, &m) != nil || m.Type != "progress" {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%v/%v@%v", m.Data["value"], m.Data["max"], m.Data["node"]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestFollowerProgress: each progress message names the node it is about,
+// with that node's value: a sampler's steps, else the nodes done of the
+// nodes to run, sent when that count rises. A node that starts after the
+// previous one's end was reported (the ComfyUI-peer pool reports both,
+// and the dispatcher's throttle lets both through when they are 250 ms or
+// more apart) gets no second message with the count its predecessor's
+// end already sent; no message repeats the one before.
+func TestFollowerProgress(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []step
+		want  string
+	}{
+		{
+			name: "built-in pool: each node's start, with the nodes done before it",
+			steps: []step{prog(progress("1", 0, 3)), prog(progress("2", 1, 3)), prog(progress("3", 2, 3)),
+				prog(listed("", 3, 3, "1", "2", "3"))},
+			want: "0/3@1 1/3@2 2/3@3 3/3@3",
+		},
+		{
+			name: "peer pool, nodes far apart: each node's start and end snapshots",
+			steps: []step{prog(progress("1", 0, 3)), prog(progress("1", 1, 3)), prog(progress("2", 1, 3)),
+				prog(progress("2", 2, 3)), prog(progress("3", 2, 3)), prog(progress("3", 3, 3)),
+				prog(listed("", 3, 3, "1", "2", "3"))},
+			want: "0/3@1 1/3@1 2/3@2 3/3@3",
+		},
+		{
+			name: "peer pool, a node's start repeated by a later read of the same snapshot",
+			steps: []step{prog(progress("1", 0, 2)), prog(progress("1", 1, 2)), prog(progress("2", 1, 2)),
+				prog(progress("2", 1, 2)), prog(progress("2", 2, 2))},
+			want: "0/2@1 1/2@1 2/2@2",
+		},
+		{
+			name: "no progress before a node is announced (the peer pool's snapshot after execution_cached)",
+			steps: []step{prog(listed("", 0, 2)), prog(progress("1", 0, 2)), prog(progress("1", 1, 2)),
+				prog(progress("2", 2, 2))},
+			want: "0/2@1 1/2@1 2/2@2",
+		},
+		{
+			name: "a sampler's steps, its end, then a node without steps",
+			steps: []step{prog(progress("1", 0, 3)), prog(progress("2", 1, 3, 1, 3)), prog(progress("2", 1, 3, 2, 3)),
+				prog(progress("2", 1, 3, 3, 3)), prog(progress("2", 2, 3, 3, 3)), prog(progress("3", 2, 3)),
+				prog(listed("", 3, 3, "1", "2", "3"))},
+			want: "0/3@1 1/3@2 2/3@2 3/3@2 2/3@3 3/3@3",
+		},
+		{
+			name: "two samplers with as many steps: each step names its own node",
+			steps: []step{prog(progress("1", 0, 2, 2, 2)), prog(progress("1", 1, 2, 2, 2)), prog(progress("2", 1, 2, 1, 2)),
+				prog(progress("2", 1, 2, 2, 2))},
+			want: "2/2@1 1/2@2 2/2@2",
+		},
+		{
+			name: "a snapshot of a node that is over, read after the next node's, says nothing",
+			steps: []step{prog(progress("1", 0, 2, 1, 4)), prog(progress("2", 1, 2)), prog(progress("1", 1, 2, 2, 4)),
+				prog(progress("2", 1, 2, 1, 9))},
+			want: "1/4@1 1/2@2 1/9@2",
+		},
+		{
+			name: "a follower that starts mid-run: the progress names the node running",
+			steps: []step{prog(listed("3", 2, 4, "1", "2", "3")), prog(listed("3", 3, 4, "1", "2", "3")),
+				prog(listed("4", 3, 4, "1", "2", "3", "4"))},
+			want: "2/4@3 3/4@3",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFollower(jobID)
+			frames := f.Job(snapshot(storage.JobRunning, 1))
+			for _, s := range tc.steps {
+				frames = append(frames, s(f)...)
+			}
+			if got := progressFrames(t, frames); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,7 +41,10 @@ func remoteRuns(t *testing.T) int {
 // ended before the announcement reaches A. A's socket must still get
 // ComfyUI's whole sequence: execution_start, execution_cached, executing
 // for each node once in order, executed for the output node right after
-// its executing, execution_success, executing null last. A second socket
+// its executing, execution_success, executing null last; each progress
+// names the node announced last and its value rises strictly (the peer
+// pool repeated a count with the next node's start when a node ended
+// 250 ms or more before the next one started). A second socket
 // with the same client id on B (which follows the prompt from before it
 // exists) gets the same messages. Before the fix the remote socket missed
 // the first executing messages in about half of the runs (32 and 24 of
@@ -54,6 +58,15 @@ func TestSocketOnAnotherProcess(t *testing.T) {
 	t.Run("comfyui-peer", func(t *testing.T) {
 		t.Parallel()
 		peer := comfyuipeer.New(t, comfyuipeer.Options{})
+		testSocketOnAnotherProcess(t, "gpu", fmt.Sprintf("\n\t\tpool gpu comfyui {\n\t\t\tworker %s\n\t\t}", peer.URL))
+	})
+	// Nodes 300 ms apart: every node's end and the next one's start are
+	// two snapshots past the dispatcher's 250 ms throttle (the peer pool
+	// sent each count twice, with the node that ended and the next one).
+	t.Run("comfyui-peer-slow", func(t *testing.T) {
+		t.Parallel()
+		peer := comfyuipeer.New(t, comfyuipeer.Options{})
+		peer.Set(func(sw *comfyuipeer.Switches) { sw.Slow = 300 * time.Millisecond })
 		testSocketOnAnotherProcess(t, "gpu", fmt.Sprintf("\n\t\tpool gpu comfyui {\n\t\t\tworker %s\n\t\t}", peer.URL))
 	})
 }
@@ -108,12 +121,17 @@ func testSocketOnAnotherProcess(t *testing.T, pool, poolConfig string) {
 		}{{"socket on A (remote)", remote}, {"socket on B (local)", local}} {
 			msgs := ofPrompt(s.ws.until(t, "execution_success", id, 60*time.Second), id)
 			msgs = append(msgs, ofPrompt(s.ws.drain(300*time.Millisecond), id)...)
-			// Progress is left out: the peer pool repeats a value across
-			// nodes whose snapshots are over 250 ms apart, on a local
-			// socket too (TestMessageSequence checks it, built-in pool).
+			bad := false
 			if got := outline(msgs); !slices.Equal(got, want) {
-				failed = true
+				bad = true
 				t.Errorf("run %d (delay %s), %s: messages %v, want %v", i, time.Duration(delay.Load()), s.name, got, want)
+			}
+			if problems := progressProblems(msgs); len(problems) > 0 {
+				bad = true
+				t.Errorf("run %d (delay %s), %s: %s", i, time.Duration(delay.Load()), s.name, strings.Join(problems, "; "))
+			}
+			if bad {
+				failed = true
 				for _, m := range msgs {
 					t.Logf("  %v", m)
 				}

@@ -26,15 +26,42 @@ func sequenceRuns(t *testing.T) int {
 	return 10
 }
 
+// progressProblems checks one prompt's progress messages as a client that
+// draws each node's progress reads them, for a prompt without sampler
+// steps (the value counts the nodes done): each names the node announced
+// last by executing (the node it is about), with a max above 0, and its
+// value rises strictly (never the last one again, not even for the next
+// node).
+func progressProblems(msgs []map[string]any) []string {
+	var problems []string
+	var node any
+	last := -1.0
+	for _, m := range msgs {
+		d := dataOf(m)
+		switch m["type"] {
+		case "executing":
+			if d["node"] != nil {
+				node = d["node"]
+			}
+		case "progress":
+			v, _ := d["value"].(float64)
+			if mx, _ := d["max"].(float64); v <= last || mx <= 0 || d["node"] == nil || d["node"] != node {
+				problems = append(problems, fmt.Sprintf("progress %v/%v of node %v after %v, node %v running", v, d["max"], d["node"], last, node))
+			}
+			last = v
+		}
+	}
+	return problems
+}
+
 // checkSequence checks one prompt's messages as a per-node progress client
 // reads them: execution_start once; executing for each node in want, in
-// order, each once, then executing null once, last; progress values
-// strictly rising (never the last one twice).
+// order, each once, then executing null once, last; progress messages as
+// progressProblems wants them.
 func checkSequence(msgs []map[string]any, want []string) error {
 	var nodes []string
-	var problems []string
+	problems := progressProblems(msgs)
 	nulls, starts := 0, 0
-	last := -1.0
 	for i, m := range msgs {
 		d := dataOf(m)
 		switch m["type"] {
@@ -49,12 +76,6 @@ func checkSequence(msgs []map[string]any, want []string) error {
 				continue
 			}
 			nodes = append(nodes, d["node"].(string))
-		case "progress":
-			v, _ := d["value"].(float64)
-			if v <= last {
-				problems = append(problems, fmt.Sprintf("progress %v after %v", v, last))
-			}
-			last = v
 		}
 	}
 	if starts != 1 || nulls != 1 || !slices.Equal(nodes, want) {
@@ -67,8 +88,8 @@ func checkSequence(msgs []map[string]any, want []string) error {
 }
 
 // TestMessageSequence: every node that runs gets its executing message,
-// exactly once and in order, then executing null once; progress never
-// repeats its last value. Each run queues a prompt on a socket opened
+// exactly once and in order, then executing null once; each progress
+// names its node and never repeats the last value. Each run queues a prompt on a socket opened
 // just before, the way a client does; the first node (LoadImage or
 // EmptyImage) used to be skipped in about half of the runs.
 func TestMessageSequence(t *testing.T) {
