@@ -346,14 +346,17 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 	var lastProgress, lastPreview time.Time
 	lastDone := -1
 	// started is Progress.NodesStarted; a node counts once (ComfyUI may
-	// re-enter one), which bounds the list by the workflow's size.
+	// re-enter one), and only a node of the submitted graph (not one that
+	// ComfyUI's node expansion created as it ran), which bounds the list
+	// by the workflow's size.
 	var started []string
 	startedSet := map[string]bool{}
 	var runLog *RunLog
 	if job.DeploymentID != "" {
 		runLog = NewRunLog(storage.MaxJobLogBytes)
 	}
-	return &Run{
+	var run *Run
+	run = &Run{
 		Job:       job,
 		Graph:     graph,
 		Log:       runLog,
@@ -369,7 +372,7 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 		Progress: func(ctx context.Context, p Progress) {
 			// Recorded before the throttle: a node whose own snapshot
 			// is dropped still shows in the next one's list.
-			if p.CurrentNode != nil && *p.CurrentNode != "" && !startedSet[*p.CurrentNode] {
+			if n := p.CurrentNode; n != nil && !startedSet[*n] && run.Graph[*n].ClassType != "" {
 				startedSet[*p.CurrentNode] = true
 				started = append(started, *p.CurrentNode)
 			}
@@ -408,6 +411,7 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			return nil
 		},
 	}
+	return run
 }
 
 // commitOutput stores an output's bytes and records it as the job's asset,

@@ -417,15 +417,17 @@ func TestDispatcherProgressStoredLatest(t *testing.T) {
 	}
 }
 
-// TestDispatcherNodesStarted: every snapshot lists the nodes started so
-// far, each once, in order, including a node whose own snapshot the
-// throttle dropped ("b" here, named first by the third snapshot).
+// TestDispatcherNodesStarted: every snapshot lists the nodes of the graph
+// started so far, each once, in order, including a node whose own
+// snapshot the throttle dropped ("2" here, named first by the third
+// snapshot), and not a node the graph does not have (one that ComfyUI's
+// node expansion made, "2.0.1").
 func TestDispatcherNodesStarted(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	j, sub := e.submitWatchedInvert(t)
 	exec := &progressExecutor{catalog: e.exec.Catalog, steps: []int{1, 1, 1, 2, 3, 3, 4},
-		nodes: []string{"a", "a", "b", "c", "c", "a", ""}}
+		nodes: []string{"1", "1", "2", "2.0.1", "3", "1", ""}}
 	stop := startDispatcher(t, e, exec, 3)
 	w := collect(t, sub)
 	stop()
@@ -433,12 +435,12 @@ func TestDispatcherNodesStarted(t *testing.T) {
 	for _, p := range w.progress {
 		seen = append(seen, fmt.Sprint(p.NodesStarted))
 	}
-	if got := strings.Join(seen, " "); got != "[a] [a b c] [a b c] [a b c]" {
+	if got := strings.Join(seen, " "); got != "[1] [1 2] [1 2 3] [1 2 3]" {
 		t.Fatalf("published nodes_started %s", got)
 	}
 	done, _ := e.store.GetJob(ctx, "acct", j.ID)
 	var p Progress
-	if err := json.Unmarshal(done.Progress, &p); err != nil || fmt.Sprint(p.NodesStarted) != "[a b c]" {
+	if err := json.Unmarshal(done.Progress, &p); err != nil || fmt.Sprint(p.NodesStarted) != "[1 2 3]" {
 		t.Fatalf("stored progress %s", done.Progress)
 	}
 }
