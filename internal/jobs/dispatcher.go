@@ -370,16 +370,22 @@ func (d *Dispatcher) newRun(ctx context.Context, job storage.Job, graph workflow
 			return a, f, err
 		},
 		Progress: func(ctx context.Context, p Progress) {
-			// Recorded before the throttle: a node whose own snapshot
-			// is dropped still shows in the next one's list.
+			newNode := false
 			if n := p.CurrentNode; n != nil && !startedSet[*n] && run.Graph[*n].ClassType != "" {
-				startedSet[*p.CurrentNode] = true
-				started = append(started, *p.CurrentNode)
+				startedSet[*n], newNode = true, true
+				started = append(started, *n)
 			}
 			p.NodesStarted = started
 			now := time.Now()
-			if p.NodesDone == lastDone && p.Value < 1 && now.Sub(lastProgress) < progressInterval {
-				return // within a node; the final snapshot always passes
+			// A node's first snapshot always passes, so that its start is
+			// told when it happens (a ComfyUI client shows the running node
+			// from its executing message): a ComfyUI worker reports a
+			// node's end and the next one's start with the same count, and
+			// the next node may run long without reporting again. That is
+			// at most one write per node, as the built-in executor's
+			// counts already make. The final snapshot always passes too.
+			if !newNode && p.NodesDone == lastDone && p.Value < 1 && now.Sub(lastProgress) < progressInterval {
+				return // within a node
 			}
 			lastProgress, lastDone = now, p.NodesDone
 			data, _ := json.Marshal(p)

@@ -418,10 +418,10 @@ func TestDispatcherProgressStoredLatest(t *testing.T) {
 }
 
 // TestDispatcherNodesStarted: every snapshot lists the nodes of the graph
-// started so far, each once, in order, including a node whose own
-// snapshot the throttle dropped ("2" here, named first by the third
-// snapshot), and not a node the graph does not have (one that ComfyUI's
-// node expansion made, "2.0.1").
+// started so far, each once, in order, and not a node the graph does not
+// have (one that ComfyUI's node expansion made, "2.0.1"); a node's first
+// snapshot passes the throttle even with the previous node's count, as a
+// ComfyUI worker reports "2" here, and a repeat within it does not.
 func TestDispatcherNodesStarted(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -433,10 +433,14 @@ func TestDispatcherNodesStarted(t *testing.T) {
 	stop()
 	var seen []string
 	for _, p := range w.progress {
-		seen = append(seen, fmt.Sprint(p.NodesStarted))
+		node := "-"
+		if p.CurrentNode != nil {
+			node = *p.CurrentNode
+		}
+		seen = append(seen, fmt.Sprintf("%s%v", node, p.NodesStarted))
 	}
-	if got := strings.Join(seen, " "); got != "[1] [1 2] [1 2 3] [1 2 3]" {
-		t.Fatalf("published nodes_started %s", got)
+	if got := strings.Join(seen, " "); got != "1[1] 2[1 2] 2.0.1[1 2] 3[1 2 3] -[1 2 3]" {
+		t.Fatalf("published (current node, nodes_started): %s", got)
 	}
 	done, _ := e.store.GetJob(ctx, "acct", j.ID)
 	var p Progress
