@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/comfygate/comfygate/tests/gateway"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
 )
 
@@ -26,21 +25,7 @@ func TestDrainDuringBurst(t *testing.T) {
 	}
 	d := startDNS(t)
 	d.set(peerPort(t, peers[0]), peerPort(t, peers[1]))
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
-	admin := "http://" + adminAddr
-	g := gateway.Start(t, gateway.V2Config(`storage embedded ./data
-		jobs {
-			lease 5s
-			max_attempts 3
-		}
-		pool gpu comfyui {
-			workers dns _comfyui._tcp.fleet.test {
-				resolver `+d.Addr+`
-				refresh 200ms
-			}
-			unhealthy_after 3s
-			reconnect_max 300ms
-		}`, gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+	g, admin := fleetGateway(t, dnsWorkers(d), "300ms")
 	for _, p := range peers[2:] {
 		adminCall(t, http.MethodPost, admin+"/comfygate/workers/gpu", map[string]any{"url": p.URL})
 	}

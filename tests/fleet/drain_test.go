@@ -18,19 +18,7 @@ import (
 // workers, and waits for both to be healthy.
 func startPair(t *testing.T, a, b *comfyuipeer.Peer) (*gateway.Gateway, string) {
 	t.Helper()
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
-	admin := "http://" + adminAddr
-	g := gateway.Start(t, gateway.V2Config(`storage embedded ./data
-		jobs {
-			lease 5s
-			max_attempts 3
-		}
-		pool gpu comfyui {
-			worker `+a.URL+`
-			worker `+b.URL+`
-			unhealthy_after 3s
-			reconnect_max 300ms
-		}`, gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+	g, admin := fleetGateway(t, "worker "+a.URL+"\n\t\t\tworker "+b.URL, "300ms")
 	waitFor(t, "both workers healthy", func() bool {
 		ws := adminWorkers(t, admin)
 		return ws[a.URL].Healthy && ws[b.URL].Healthy

@@ -142,6 +142,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// fleetGateway starts a gateway whose pool gpu is a ComfyUI pool of
+// workers (config worker lines or a DNS block), with a 5 s lease, three
+// attempts, unhealthy_after 3s and reconnect_max, and returns it with its
+// admin API's base URL.
+func fleetGateway(t *testing.T, workers, reconnectMax string) (*gateway.Gateway, string) {
+	t.Helper()
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
+	g := gateway.Start(t, gateway.V2Config(`storage embedded ./data
+		jobs {
+			lease 5s
+			max_attempts 3
+		}
+		pool gpu comfyui {
+			`+workers+`
+			unhealthy_after 3s
+			reconnect_max `+reconnectMax+`
+		}`, gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+	return g, "http://" + adminAddr
+}
+
+// dnsWorkers is the workers block of a pool that follows d's SRV record.
+func dnsWorkers(d *dnsServer) string {
+	return "workers dns _comfyui._tcp.fleet.test {\n\t\t\t\tresolver " + d.Addr + "\n\t\t\t\trefresh 200ms\n\t\t\t}"
+}
+
 // TestDynamicWorkers adds and removes workers through DNS (a local DNS
 // server) and the admin API while jobs run: every job succeeds, each ran
 // exactly once (one prompt per job over all peers), a removed worker
@@ -153,21 +178,7 @@ func TestDynamicWorkers(t *testing.T) {
 	}
 	d := startDNS(t)
 	d.set(peerPort(t, peers[0]), peerPort(t, peers[1]))
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", gateway.FreePort(t))
-	admin := "http://" + adminAddr
-	g := gateway.Start(t, gateway.V2Config(`storage embedded ./data
-		jobs {
-			lease 5s
-			max_attempts 3
-		}
-		pool gpu comfyui {
-			workers dns _comfyui._tcp.fleet.test {
-				resolver `+d.Addr+`
-				refresh 200ms
-			}
-			unhealthy_after 3s
-			reconnect_max 1s
-		}`, gateway.V2Site{Pool: "gpu", Admin: adminAddr}), gateway.Options{})
+	g, admin := fleetGateway(t, dnsWorkers(d), "1s")
 	waitFor(t, "the two DNS workers healthy", func() bool {
 		ws := adminWorkers(t, admin)
 		return ws[peers[0].URL].Healthy && ws[peers[1].URL].Healthy && len(ws) == 2 &&
