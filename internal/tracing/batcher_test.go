@@ -99,6 +99,27 @@ func waitTaken(t *testing.T, b *batcher) {
 	}
 }
 
+// failsWithItsContext calls op (Shutdown or ForceFlush) with a context
+// that ends after 50 ms while an export is stuck: op must return an error,
+// and return at all (10 s is only the bound of a hang).
+func failsWithItsContext(t *testing.T, name string, op func(context.Context) error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		done <- op(ctx)
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("%s succeeded with an export stuck", name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return after its context ended", name)
+	}
+}
+
 func TestBatcher(t *testing.T) {
 	long := batchConfig{delay: time.Hour, timeout: time.Minute, maxQueue: 100, maxBatch: 4}
 	for _, tc := range []struct {
@@ -200,25 +221,8 @@ func TestBatcher(t *testing.T) {
 				endSpans(b, "stuck", 4, true)  // a full batch: the loop's export waits at the gate
 				waitTaken(t, b)
 				endSpans(b, "queued", 1, true)
-				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-				defer cancel()
-				if err := b.ForceFlush(ctx); err == nil {
-					t.Fatal("ForceFlush succeeded with its export stuck")
-				}
-				done := make(chan error, 1)
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-					defer cancel()
-					done <- b.Shutdown(ctx)
-				}()
-				select {
-				case err := <-done:
-					if err == nil {
-						t.Fatal("Shutdown succeeded with its export stuck")
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("Shutdown did not return after its context ended")
-				}
+				failsWithItsContext(t, "ForceFlush", b.ForceFlush)
+				failsWithItsContext(t, "Shutdown", b.Shutdown)
 				select { // the loop's export was cancelled with Shutdown's context
 				case <-b.stopped:
 				case <-time.After(10 * time.Second):
@@ -245,25 +249,8 @@ func TestBatcher(t *testing.T) {
 				defer close(exp.gate) // lets the stuck export end with the test
 				endSpans(b, "stuck", 4, true)
 				waitTaken(t, b)
-				done := make(chan error, 1)
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-					defer cancel()
-					done <- b.Shutdown(ctx)
-				}()
-				select {
-				case err := <-done:
-					if err == nil {
-						t.Fatal("Shutdown succeeded with its export stuck")
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("Shutdown did not return after its context ended")
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-				defer cancel()
-				if err := b.ForceFlush(ctx); err == nil {
-					t.Fatal("ForceFlush succeeded with an export stuck")
-				}
+				failsWithItsContext(t, "Shutdown", b.Shutdown)
+				failsWithItsContext(t, "ForceFlush", b.ForceFlush)
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
