@@ -197,12 +197,15 @@ type Cluster struct {
 }
 
 // URL is the Cluster's address in comfygate's form, every node a seed.
-func (c *Cluster) URL() string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
+func (c *Cluster) URL() string { return "redis-cluster://" + joinAddrs(c.Nodes) }
+
+// joinAddrs is nodes' addresses, comma-separated.
+func joinAddrs(nodes []*Node) string {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
 		addrs[i] = n.Addr
 	}
-	return "redis-cluster://" + strings.Join(addrs, ",")
+	return strings.Join(addrs, ",")
 }
 
 // NewCluster starts a three-primary Cluster with replicas replicas per
@@ -380,11 +383,7 @@ type Sentinel struct {
 
 // URL is the Sentinel set's address in comfygate's form.
 func (s *Sentinel) URL() string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, n := range s.Sentinels {
-		addrs[i] = n.Addr
-	}
-	return "redis-sentinel://" + strings.Join(addrs, ",") + "/" + MasterName
+	return "redis-sentinel://" + joinAddrs(s.Sentinels) + "/" + MasterName
 }
 
 // NewSentinel starts a Sentinel set, waits until every sentinel knows the
