@@ -333,24 +333,14 @@ func load(hc *http.Client, url string, hdrs []http.Header, c int, d time.Duratio
 			defer wg.Done()
 			lat := make([]time.Duration, 0, 4096)
 			for n := 0; time.Now().Before(end); n++ {
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(prompt))
-				req.Header = hdrs[n%len(hdrs)].Clone()
-				t0 := time.Now()
-				resp, err := hc.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != 200 {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
+				d, err := call1(hc, url, hdrs[n%len(hdrs)])
 				if err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
 					return
 				}
-				lat = append(lat, time.Since(t0))
+				lat = append(lat, d)
 			}
 			mu.Lock()
 			all = append(all, lat...)
@@ -359,6 +349,24 @@ func load(hc *http.Client, url string, hdrs []http.Header, c int, d time.Duratio
 	}
 	wg.Wait()
 	return all, float64(len(all)) / time.Since(start).Seconds(), firstErr
+}
+
+// call1 sends the prompt to url with hdr and reads the answer; its
+// latency, or an error for a failure or any status but 200.
+func call1(hc *http.Client, url string, hdr http.Header) (time.Duration, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(prompt))
+	req.Header = hdr.Clone()
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return time.Since(t0), err
 }
 
 // target is a URL the benchmark loads and the headers of its requests.
@@ -379,22 +387,11 @@ func loadPaired(hc *http.Client, targets []target, d time.Duration) ([][]time.Du
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, i := range order {
 			tg := targets[i]
-			req, _ := http.NewRequest(http.MethodPost, tg.url, bytes.NewReader(prompt))
-			req.Header = tg.hdrs[n%len(tg.hdrs)].Clone()
-			t0 := time.Now()
-			resp, err := hc.Do(req)
+			d, err := call1(hc, tg.url, tg.hdrs[n%len(tg.hdrs)])
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", tg.name, err)
 			}
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode != 200 {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", tg.name, err)
-			}
-			lat[i] = append(lat[i], time.Since(t0))
+			lat[i] = append(lat[i], d)
 		}
 	}
 	return lat, nil
