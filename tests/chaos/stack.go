@@ -22,6 +22,7 @@ import (
 	"github.com/comfygate/comfygate/storage/s3test"
 	"github.com/comfygate/comfygate/tests/gateway"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
+	"github.com/comfygate/comfygate/tests/peers/dnssrv"
 	"github.com/comfygate/comfygate/tests/peers/partner"
 )
 
@@ -62,7 +63,7 @@ type Stack struct {
 	Peers        []*comfyuipeer.Peer
 	Partner      *partner.Peer
 	// DNS lists the workers with StackOptions.DNS.
-	DNS      *DNS
+	DNS      *dnssrv.Server
 	Gateways []*gateway.Gateway
 	// Workspace is the router calls' workspace; Token its JWT.
 	Workspace, Token string
@@ -177,7 +178,7 @@ func NewStack(t *testing.T, opts StackOptions) *Stack {
 	s.caddyfile = caddyfile(gwDSN, gwRedis,
 		bucket.Caddyfile(s3Timeout), "http://"+c0.Addr, "http://"+c1.Addr, catalog, s.RouterPrefix)
 	if opts.DNS {
-		s.DNS = StartDNS(t, portOf(t, c0.Addr), portOf(t, c1.Addr))
+		s.DNS = startDNS(t, portOf(t, c0.Addr), portOf(t, c1.Addr))
 		s.caddyfile = strings.Replace(s.caddyfile, staticWorkers("http://"+c0.Addr, "http://"+c1.Addr), workersDNS(s.DNS.Addr), 1)
 	}
 	for i := range opts.Gateways {

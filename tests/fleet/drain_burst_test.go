@@ -24,7 +24,7 @@ func TestDrainDuringBurst(t *testing.T) {
 		peers[i] = comfyuipeer.New(t, comfyuipeer.Options{})
 	}
 	d := startDNS(t)
-	d.set(peerPort(t, peers[0]), peerPort(t, peers[1]))
+	d.Set(peerPort(t, peers[0]), peerPort(t, peers[1]))
 	g, admin := fleetGateway(t, dnsWorkers(d), "300ms")
 	for _, p := range peers[2:] {
 		adminCall(t, http.MethodPost, admin+"/comfygate/workers/gpu", map[string]any{"url": p.URL})
@@ -61,7 +61,7 @@ func TestDrainDuringBurst(t *testing.T) {
 	// Each of the three leaves while it runs a prompt; the prompt is kept.
 	var held [3]string
 	waitFor(t, "peer 0 running", func() bool { held[0] = peers[0].Running(); return held[0] != "" })
-	d.set(peerPort(t, peers[1]))
+	d.Set(peerPort(t, peers[1]))
 	waitFor(t, "peer 2 running", func() bool { held[1] = peers[2].Running(); return held[1] != "" })
 	adminCall(t, http.MethodDelete, admin+"/comfygate/workers/gpu?url="+url.QueryEscape(peers[2].URL), nil)
 	waitFor(t, "peer 3 running", func() bool { held[2] = peers[3].Running(); return held[2] != "" })

@@ -5,74 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/miekg/dns"
 
 	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/tests/gateway"
 	comfyuipeer "github.com/comfygate/comfygate/tests/peers/comfyui"
+	"github.com/comfygate/comfygate/tests/peers/dnssrv"
 )
 
-// dnsServer is a local authoritative server for fleet.test: the SRV name
-// _comfyui._tcp.fleet.test lists the ports set, each on target
-// w.fleet.test, whose A record is 127.0.0.1.
-type dnsServer struct {
-	Addr  string
-	mu    sync.Mutex
-	ports []int
-}
-
-func startDNS(t *testing.T) *dnsServer {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &dnsServer{Addr: pc.LocalAddr().String()}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(s.serve)}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return s
-}
-
-func (s *dnsServer) set(ports ...int) {
-	s.mu.Lock()
-	s.ports = ports
-	s.mu.Unlock()
-}
-
-func (s *dnsServer) serve(w dns.ResponseWriter, req *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(req)
-	m.Authoritative = true
-	for _, q := range req.Question {
-		switch {
-		case q.Name == "_comfyui._tcp.fleet.test." && q.Qtype == dns.TypeSRV:
-			s.mu.Lock()
-			for _, port := range s.ports {
-				m.Answer = append(m.Answer, &dns.SRV{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: 1},
-					Priority: 10, Weight: 10, Port: uint16(port), Target: "w.fleet.test."})
-			}
-			s.mu.Unlock()
-		case q.Name == "w.fleet.test." && q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1},
-				A: net.IPv4(127, 0, 0, 1)})
-		case q.Name == "w.fleet.test.":
-			// no AAAA: an empty answer
-		default:
-			m.Rcode = dns.RcodeNameError
-		}
-	}
-	_ = w.WriteMsg(m)
-}
+// startDNS serves _comfyui._tcp.fleet.test until the test ends.
+func startDNS(t *testing.T) *dnssrv.Server { return dnssrv.Start(t, "fleet.test") }
 
 func peerPort(t *testing.T, p *comfyuipeer.Peer) int {
 	t.Helper()
@@ -163,8 +111,8 @@ func fleetGateway(t *testing.T, workers, reconnectMax string) (*gateway.Gateway,
 }
 
 // dnsWorkers is the workers block of a pool that follows d's SRV record.
-func dnsWorkers(d *dnsServer) string {
-	return "workers dns _comfyui._tcp.fleet.test {\n\t\t\t\tresolver " + d.Addr + "\n\t\t\t\trefresh 200ms\n\t\t\t}"
+func dnsWorkers(d *dnssrv.Server) string {
+	return "workers dns " + d.Name + " {\n\t\t\t\tresolver " + d.Addr + "\n\t\t\t\trefresh 200ms\n\t\t\t}"
 }
 
 // TestDynamicWorkers adds and removes workers through DNS (a local DNS
@@ -177,7 +125,7 @@ func TestDynamicWorkers(t *testing.T) {
 		peers[i] = comfyuipeer.New(t, comfyuipeer.Options{})
 	}
 	d := startDNS(t)
-	d.set(peerPort(t, peers[0]), peerPort(t, peers[1]))
+	d.Set(peerPort(t, peers[0]), peerPort(t, peers[1]))
 	g, admin := fleetGateway(t, dnsWorkers(d), "1s")
 	waitFor(t, "the two DNS workers healthy", func() bool {
 		ws := adminWorkers(t, admin)
@@ -211,7 +159,7 @@ func TestDynamicWorkers(t *testing.T) {
 	waitFor(t, "the added worker running a job", func() bool { return peers[2].Running() != "" })
 	// DNS swaps peer 0 for peer 3 while peer 0 runs a job: peer 0 drains.
 	waitFor(t, "peer 0 running a job", func() bool { return peers[0].Running() != "" })
-	d.set(peerPort(t, peers[1]), peerPort(t, peers[3]))
+	d.Set(peerPort(t, peers[1]), peerPort(t, peers[3]))
 	// The admin API removes peer 2 while it runs a job: it drains.
 	waitFor(t, "peer 2 running a job", func() bool { return peers[2].Running() != "" })
 	running2 := peers[2].Running()
@@ -281,7 +229,7 @@ func TestDynamicWorkers(t *testing.T) {
 func TestDNSOnlyPoolCatalog(t *testing.T) {
 	peer := comfyuipeer.New(t, comfyuipeer.Options{})
 	d := startDNS(t)
-	d.set(peerPort(t, peer))
+	d.Set(peerPort(t, peer))
 	pool, err := comfyui.New(comfyui.Config{DNS: []comfyui.DNSConfig{{Name: "_comfyui._tcp.fleet.test",
 		Resolver: d.Addr, Refresh: time.Minute}}, RequestTimeout: 10 * time.Second}, nil)
 	if err != nil {
