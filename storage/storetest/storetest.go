@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 	}{
 		{"Assets", assetCases},
 		{"Delete", deleteCases},
+		{"Unreferenced", unreferencedCases},
 		{"Concurrency", concurrencyCases},
 		{"Orphans", orphanCases},
 		{"Objects", objectCases},
@@ -117,7 +119,6 @@ type fakeFS struct {
 	objects    map[string]blob.Ref // by name: Key, or Hash for an address
 	published  map[string]int      // by hash
 	removed    map[string]int      // by hash (by name for an unknown object)
-	keys       int
 	publishErr error
 	// publishHold and removeHold, when set, widen race windows: each call
 	// sleeps this long (while a correct store holds the blob's record) before
@@ -147,10 +148,9 @@ func (f *fakeFS) publish(hash string) storage.Publisher {
 // keyed is the publisher of a create whose bytes were streamed into an
 // object at a fresh key; it returns the key too.
 func (f *fakeFS) keyed(hash string) (storage.Publisher, string) {
-	f.mu.Lock()
-	f.keys++
-	key := fmt.Sprintf("blobs/%032x", f.keys)
-	f.mu.Unlock()
+	// Unique across fakes, as an object store's fresh keys are: subtests
+	// share one store, whose records outlive each subtest's fake.
+	key := "blobs/" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	return keyedPublisher{f: f, own: blob.Ref{Hash: hash, Key: key}}, key
 }
 
