@@ -30,12 +30,16 @@ const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
 // against RemoveOrphanBlobs, which runs in a write transaction too.
 func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	var created storage.Created
+	tracked := storage.Track(publish)
+	var rolledBack bool
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		created, err = createAssetTx(ctx, tx, a, publish)
+		created, err = createAssetTx(ctx, tx, a, tracked)
+		rolledBack = err != nil
 		return err
 	})
 	if err != nil {
+		tracked.Failed(err, rolledBack)
 		return storage.Created{}, err
 	}
 	return created, nil

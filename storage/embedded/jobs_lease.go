@@ -220,8 +220,11 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return storage.Output{}, errors.New("embedded: AddOutput needs a publisher")
 	}
 	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder}
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
+	tracked := storage.Track(publish)
+	var rolledBack bool
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) (err error) {
+		defer func() { rolledBack = err != nil }()
+		err = tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
 			id, attempt).Scan(&a.AccountID, &a.DeploymentID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return storage.ErrLeaseLost
@@ -230,7 +233,7 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 			return fmt.Errorf("embedded: add output: %w", err)
 		}
 		a.JobID = id
-		created, err := createAssetTx(ctx, tx, a, publish)
+		created, err := createAssetTx(ctx, tx, a, tracked)
 		if err != nil {
 			return err
 		}
@@ -244,6 +247,7 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return nil
 	})
 	if err != nil {
+		tracked.Failed(err, rolledBack)
 		return storage.Output{}, err
 	}
 	return result, nil

@@ -45,22 +45,27 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 	}
 	defer rollback(ctx, tx)
 	sess := sessionOf(tx.Conn())
-	created, err := createAssetTx(ctx, tx, a, publish)
+	tracked := storage.Track(publish)
+	created, err := createAssetTx(ctx, tx, a, tracked)
 	if inDoubt(err) && !errors.Is(err, storage.ErrNotCommitted) {
 		// The connection broke before the COMMIT was sent: the server
 		// aborts the transaction, nothing of it can commit.
-		return storage.Created{}, fmt.Errorf("%w: %w", storage.ErrNotCommitted, err)
+		err = fmt.Errorf("%w: %w", storage.ErrNotCommitted, err)
 	}
 	if err != nil {
+		tracked.Failed(err, true)
 		return storage.Created{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if inDoubtCommit(err) {
 			// The COMMIT was sent and no answer came back: learn whether
 			// it committed (indoubt.go).
-			return s.resolveAsset(ctx, a, created, sess, err)
+			created, err = s.resolveAsset(ctx, a, created, sess, err)
+		} else {
+			err = commitErr("create asset: commit", err)
 		}
-		return storage.Created{}, commitErr("create asset: commit", err)
+		tracked.Failed(err, false)
+		return created, err
 	}
 	return created, nil
 }

@@ -200,17 +200,22 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return storage.Output{}, mapErr("add output: lock job", err)
 	}
 	a.JobID = id
-	created, err := createAssetTx(ctx, tx, a, publish)
+	tracked := storage.Track(publish)
+	created, err := createAssetTx(ctx, tx, a, tracked)
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
+			VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6, nullif($7, ''))`,
+			id, attempt, out.NodeID, out.Name, out.Type, a.ID, out.Folder)
+		err = mapErr("add output: insert", err)
+	}
 	if err != nil {
+		tracked.Failed(err, true) // rolled back: nothing of it committed
 		return storage.Output{}, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
-		VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6, nullif($7, ''))`,
-		id, attempt, out.NodeID, out.Name, out.Type, a.ID, out.Folder); err != nil {
-		return storage.Output{}, mapErr("add output: insert", err)
-	}
 	if err := tx.Commit(ctx); err != nil {
-		return storage.Output{}, commitErr("add output: commit", err)
+		err = commitErr("add output: commit", err)
+		tracked.Failed(err, false)
+		return storage.Output{}, err
 	}
 	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder, Asset: created.Asset}, nil
 }

@@ -112,6 +112,9 @@ type faultWrite struct {
 	// for a part that is half done.
 	effect  func(t *testing.T) bool
 	partial bool
+	// creates is set for a create that publishes bytes: one known not to
+	// have committed must retract its own object at once.
+	creates bool
 }
 
 // faultEnv is what one run works on: records of its own in the shared
@@ -165,6 +168,9 @@ func runScenario(t *testing.T, st storage.Store, faults Faults, sc faultScenario
 				hit := faults.Disarm()
 				present := w.effect(t)
 				judge(t, w, err, present)
+				if w.creates && (errors.Is(err, storage.ErrNotSent) || errors.Is(err, storage.ErrNotCommitted)) {
+					checkRetracted(t, e)
+				}
 				checkBytes(t, e)
 				matrix.add(sc.name, i, hit, kind, err, present)
 			})
@@ -225,6 +231,27 @@ func checkBytes(t *testing.T, e *faultEnv) {
 	for _, obj := range e.fs.list() {
 		if !named[objectName(obj)] {
 			t.Errorf("bytes %s left after the maintenance pass, named by no record", obj)
+		}
+	}
+}
+
+// checkRetracted checks, before any maintenance pass, that a write known
+// not to have committed left no object at a fresh key that no record
+// names: the create retracted what it had published.
+func checkRetracted(t *testing.T, e *faultEnv) {
+	t.Helper()
+	named := map[string]bool{}
+	e.mu.Lock()
+	assets := slicesClone(e.assets)
+	e.mu.Unlock()
+	for _, a := range assets {
+		if got, err := e.st.GetAsset(ctx(t), a.AccountID, a.ID); err == nil {
+			named[objectName(got.Object())] = true
+		}
+	}
+	for _, obj := range e.fs.list() {
+		if obj.Key != "" && !named[obj.Key] {
+			t.Errorf("object %s of a create that did not commit was left to the orphan sweep, not retracted", obj.Key)
 		}
 	}
 }

@@ -134,7 +134,8 @@ func faultCreateAsset(declared, dedup bool) func(t *testing.T, e *faultEnv) faul
 				_, err := e.st.CreateAsset(ctx, a, pub)
 				return err
 			},
-			effect: func(t *testing.T) bool { return e.exists(t, a.AccountID, a.ID) },
+			effect:  func(t *testing.T) bool { return e.exists(t, a.AccountID, a.ID) },
+			creates: true,
 		}
 	}
 }
@@ -156,7 +157,8 @@ func faultFromHash(t *testing.T, e *faultEnv) faultWrite {
 			_, err := e.st.CreateAsset(ctx, a, present)
 			return err
 		},
-		effect: func(t *testing.T) bool { return e.exists(t, a.AccountID, a.ID) },
+		effect:  func(t *testing.T) bool { return e.exists(t, a.AccountID, a.ID) },
+		creates: true,
 	}
 }
 
@@ -377,6 +379,7 @@ func faultAddOutput(t *testing.T, e *faultEnv) faultWrite {
 			asset := e.exists(t, e.account, out.Asset.ID)
 			return oneOf(t, "output row and its asset", listed && asset, !listed && !asset)
 		},
+		creates: true,
 	}
 }
 

@@ -163,6 +163,13 @@ func (p keyedPublisher) Key() string { return p.own.Key }
 
 func (p keyedPublisher) Publish(held *blob.Ref) (blob.Ref, error) { return p.f.put(p.own, held) }
 
+// Retract removes the publisher's own object (storage.Retracter), as an
+// S3 upload removes the object it completed at its fresh key.
+func (p keyedPublisher) Retract() error {
+	p.f.drop(p.own)
+	return nil
+}
+
 // put is a Publish: held is kept when it is present, else own is made so.
 func (f *fakeFS) put(own blob.Ref, held *blob.Ref) (blob.Ref, error) {
 	time.Sleep(f.publishHold)
