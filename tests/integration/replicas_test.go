@@ -3,8 +3,8 @@ package integration
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"image/png"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
