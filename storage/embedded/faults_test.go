@@ -26,7 +26,7 @@ import (
 // statement (a COMMIT commits) and then returns the error, as an I/O
 // error reported after the write would.
 func TestFaultMatrix(t *testing.T) {
-	storetest.RunFaults(t, func(t *testing.T) (storage.Store, storetest.Faults) {
+	storetest.RunFaults(t, "embedded", func(t *testing.T) (storage.Store, storetest.Faults) {
 		f := &sqlFaults{}
 		name := fmt.Sprintf("sqlite-faults-%d", driverSeq.Add(1))
 		sql.Register(name, faultDriver{inner: &sqlite.Driver{}, f: f})

@@ -20,7 +20,7 @@ import (
 // errors (which ones mean "not sent", which leave the outcome in doubt)
 // is what is under test.
 func TestFaultMatrix(t *testing.T) {
-	storetest.RunFaults(t, func(t *testing.T) (storage.Store, storetest.Faults) {
+	storetest.RunFaults(t, "postgres", func(t *testing.T) (storage.Store, storetest.Faults) {
 		dsn := pgtest.DSN(t)
 		u, err := url.Parse(dsn)
 		if err != nil {
