@@ -194,7 +194,8 @@ type JobStore interface {
 	// ClaimJob moves the pool's next queued job to running for a new
 	// attempt (Attempt+1) leased to owner until now+lease, sets StartedAt
 	// on the first attempt, and removes the outputs of earlier attempts
-	// (calling remove for blobs left unreferenced) so that a reclaimed job
+	// (calling remove for blobs left unreferenced once the claim has
+	// committed, as DeleteAsset does) so that a reclaimed job
 	// never shows duplicate outputs. ErrNotFound when nothing is queued.
 	// Concurrent claimers never get the same job.
 	//

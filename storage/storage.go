@@ -35,6 +35,11 @@ var (
 	// own before its commit (the blob's bytes could not be published) and
 	// was rolled back: it cannot have taken effect either.
 	ErrNotCommitted = errors.New("storage: the write was rolled back before its commit")
+	// ErrInDoubt means a write's commit was sent and no answer came back:
+	// it may have taken effect or not, and the store could not learn which.
+	// Nothing outside the transaction that depends on its outcome (bytes
+	// removed, a key released) has happened.
+	ErrInDoubt = errors.New("storage: the write's outcome is unknown")
 )
 
 // Asset is one asset record over an immutable, content-addressed blob.
@@ -94,7 +99,9 @@ type Created struct {
 // BlobFunc touches a blob's bytes while the store holds the blob's record, so
 // that a concurrent create and delete of the same bytes cannot interleave
 // between the blob store and the database. It is given the object the
-// record names.
+// record names. A remove BlobFunc runs only after the transaction that
+// dropped the blob's last reference has committed: bytes are never removed
+// for a record that may survive.
 type BlobFunc func(obj blob.Ref) error
 
 // Publisher is the publish step of a create (CreateAsset, AddOutput): it
@@ -148,13 +155,24 @@ type AssetStore interface {
 	// if so, the blob's size.
 	AccountBlob(ctx context.Context, accountID, hash string) (size int64, ok bool, err error)
 	// DeleteAsset removes the record. When no record references the blob any
-	// more, remove is called with the blob's record held and must delete the
-	// object the record names. Returns ErrNotFound, or ErrInUse while the
-	// asset is an output of a job that is not expired.
+	// more, the blob's record stays unreferenced until, once the delete has
+	// committed, remove is called with it held and deletes the object it
+	// names; a remove that fails, or a commit whose outcome is unknown,
+	// leaves the bytes to RemoveUnreferencedBlobs (the delete itself has
+	// then succeeded, or answers its error). Returns ErrNotFound, or
+	// ErrInUse while the asset is an output of a job that is not expired.
 	DeleteAsset(ctx context.Context, accountID, id string, remove BlobFunc) error
 	// DeleteExpiredAssets removes up to limit assets whose ExpiresAt is before
-	// now, calling remove for blobs left unreferenced. It returns how many it removed.
+	// now and then, as DeleteAsset does, the bytes of blobs left
+	// unreferenced. It returns how many assets it removed, with the joined
+	// remove errors if any.
 	DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove BlobFunc) (int, error)
+	// RemoveUnreferencedBlobs calls remove for up to limit blobs whose last
+	// reference went in a transaction that committed without their bytes
+	// being removed after it (the process stopped, the commit's outcome was
+	// unknown to it, the blob store refused), and forgets them. It returns
+	// how many it removed, and the joined remove errors if any.
+	RemoveUnreferencedBlobs(ctx context.Context, limit int, remove BlobFunc) (int, error)
 	// RemoveOrphanBlobs calls remove for each of objects (a page of the
 	// blob store's List) that no blob record names: bytes published by a
 	// create whose transaction then failed, a record's object replaced by

@@ -303,6 +303,14 @@ func (s *Service) SweepExpired(ctx context.Context, limit int) (int, error) {
 	return s.Store.DeleteExpiredAssets(ctx, s.now(), limit, s.removeBlob(ctx))
 }
 
+// SweepUnreferenced removes the bytes of up to limit blobs whose last
+// reference went without their removal following it (a crash, a commit
+// with an unknown outcome, the blob store down). It returns how many it
+// removed.
+func (s *Service) SweepUnreferenced(ctx context.Context, limit int) (int, error) {
+	return s.Store.RemoveUnreferencedBlobs(ctx, limit, s.removeBlob(ctx))
+}
+
 // SweepOrphans checks up to limit published objects after after (the zero
 // Ref = from the first) and removes those no record names (bytes a create
 // published in a transaction that then failed, an object a record no
@@ -321,9 +329,9 @@ func (s *Service) SweepOrphans(ctx context.Context, after blob.Ref, limit int) (
 }
 
 // removeBlob is the storage layer's remove step: it deletes the bytes of a
-// blob whose last reference is going, with the blob's row held. It runs
-// without ctx's cancellation, so that a client going away cannot leave the
-// outcome of the delete unknown while the row is released.
+// blob whose last reference went, with the blob's row held. It runs
+// without ctx's cancellation: the client's answer does not wait for it,
+// and a client going away must not leave the bytes behind.
 func (s *Service) removeBlob(ctx context.Context) storage.BlobFunc {
 	return blob.RemoveFunc(ctx, s.Blobs)
 }

@@ -399,8 +399,8 @@ func (a *App) Assets() *assets.Service {
 	}
 }
 
-// maintain sweeps expired assets, stale temp files and orphan blobs until
-// ctx ends.
+// maintain sweeps expired assets, the bytes of unreferenced blobs, stale
+// temp files and orphan blobs until ctx ends.
 func (a *App) maintain(ctx context.Context) {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
@@ -411,6 +411,12 @@ func (a *App) maintain(ctx context.Context) {
 			a.logger.Error("sweeping expired assets", zap.Error(err))
 		} else if n > 0 {
 			a.logger.Info("swept expired assets", zap.Int("count", n))
+		}
+		n, err = a.Reaper.sweep().Drain(ctx, a.Assets().SweepUnreferenced)
+		if err != nil && ctx.Err() == nil {
+			a.logger.Error("removing unreferenced blobs", zap.Error(err))
+		} else if n > 0 {
+			a.logger.Info("removed the bytes of unreferenced blobs", zap.Int("count", n))
 		}
 		if _, err := a.res.blobs.Sweep(ctx, time.Hour); err != nil && ctx.Err() == nil {
 			a.logger.Error("sweeping stale upload files", zap.Error(err))

@@ -30,12 +30,16 @@ const newestFirst = `ORDER BY created_at DESC, rowid DESC LIMIT 1`
 // against RemoveOrphanBlobs, which runs in a write transaction too.
 func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish storage.Publisher) (storage.Created, error) {
 	var created storage.Created
+	tracked := storage.Track(publish)
+	var rolledBack bool
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		created, err = createAssetTx(ctx, tx, a, publish)
+		created, err = createAssetTx(ctx, tx, a, tracked)
+		rolledBack = err != nil
 		return err
 	})
 	if err != nil {
+		tracked.Failed(err, rolledBack)
 		return storage.Created{}, err
 	}
 	return created, nil
@@ -83,8 +87,10 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 		a.AccountID, a.Hash).Scan(&created.AccountHadBlob); err != nil {
 		return storage.Created{}, fmt.Errorf("embedded: check account blob: %w", err)
 	}
-	// A new row names the create's own object; refs tells a new row from
-	// one recorded before (rows are never committed with refs 0).
+	// A new row names the create's own object; a row recorded before has
+	// refs above 1 now, or names another object: it is another asset's, or
+	// an unreferenced one (refs 0) whose bytes are still to be removed
+	// (unreferenced.go), which the create takes over.
 	var refs int64
 	var recorded string
 	if err := tx.QueryRowContext(ctx, `INSERT INTO blobs (hash, size, refs, object_key) VALUES (?, ?, 1, nullif(?, ''))
@@ -93,7 +99,7 @@ func createAssetTx(ctx context.Context, tx *sql.Tx, a storage.NewAsset, publish 
 		return storage.Created{}, fmt.Errorf("embedded: reference blob: %w", err)
 	}
 	var held *blob.Ref
-	if refs > 1 {
+	if refs > 1 || recorded != publish.Key() {
 		held = &blob.Ref{Hash: a.Hash, Key: recorded}
 	}
 	obj, err := publish.Publish(held)
@@ -162,16 +168,18 @@ func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64,
 }
 
 // DeleteAsset deletes the account's asset and drops its blob reference in
-// one write transaction; when that was the last reference, the blob row is
-// deleted and remove is called before commit. If remove fails, nothing is
-// deleted. An output of a job that has not expired is refused with
-// storage.ErrInUse.
+// one write transaction. When that was the last reference, the blob's row
+// stays with refs 0 and its bytes are removed once the delete has
+// committed (removeUnreferenced); a removal that fails leaves them to
+// RemoveUnreferencedBlobs. An output of a job that has not expired is
+// refused with storage.ErrInUse.
 func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
-	return s.inWriteTx(ctx, func(tx *sql.Tx) error {
+	var last bool
+	var hash string
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		if err := releaseOutputRows(ctx, tx, accountID, id); err != nil {
 			return err
 		}
-		var hash string
 		err := tx.QueryRowContext(ctx,
 			`DELETE FROM assets WHERE id = ? AND account_id = ? RETURNING hash`, id, accountID).Scan(&hash)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -180,13 +188,24 @@ func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove st
 		if err != nil {
 			return fmt.Errorf("embedded: delete asset: %w", err)
 		}
-		return releaseBlob(ctx, tx, hash, remove)
+		last, err = releaseBlob(ctx, tx, hash)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	if last {
+		// The delete has succeeded whatever happens to the bytes now.
+		_, _ = s.removeUnreferenced(ctx, []string{hash}, remove)
+	}
+	return nil
 }
 
-// DeleteExpiredAssets deletes up to limit assets whose expiry is before now.
-// Each asset goes in its own transaction so that a failed remove leaves
-// every earlier deletion (and its removed bytes) consistent.
+// DeleteExpiredAssets deletes up to limit assets whose expiry is before now,
+// each in its own transaction, and then the bytes of the blobs left without
+// a reference (removeUnreferenced); those it could not remove stay for
+// RemoveUnreferencedBlobs. It returns how many assets it deleted, and the
+// joined remove errors if any.
 func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove storage.BlobFunc) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -213,10 +232,11 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	}
 
 	deleted := 0
+	var unreferenced []string
 	for _, id := range ids {
-		var gone bool
+		var hash string
+		var gone, last bool
 		err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-			var hash string
 			// Re-check: the asset may have been deleted meanwhile.
 			err := tx.QueryRowContext(ctx, `SELECT hash FROM assets
 				WHERE id = ? AND expires_at IS NOT NULL AND expires_at < ? AND NOT `+assetHeldByJob,
@@ -235,42 +255,39 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 				return fmt.Errorf("embedded: delete expired asset: %w", err)
 			}
 			gone = true
-			return releaseBlob(ctx, tx, hash, remove)
+			last, err = releaseBlob(ctx, tx, hash)
+			return err
 		})
 		if err != nil {
-			return deleted, err
+			return deleted, errors.Join(err, s.removeAfter(ctx, unreferenced, remove))
 		}
 		if gone {
 			deleted++
 		}
+		if last {
+			unreferenced = append(unreferenced, hash)
+		}
 	}
-	return deleted, nil
+	return deleted, s.removeAfter(ctx, unreferenced, remove)
 }
 
-// releaseBlob drops one reference on hash inside tx; at zero it deletes the
-// blob row and calls remove on the object it named while the transaction
-// still holds it.
-func releaseBlob(ctx context.Context, tx *sql.Tx, hash string, remove storage.BlobFunc) error {
+// removeAfter is removeUnreferenced for a caller that reports only the
+// errors.
+func (s *Store) removeAfter(ctx context.Context, hashes []string, remove storage.BlobFunc) error {
+	_, err := s.removeUnreferenced(ctx, hashes, remove)
+	return err
+}
+
+// releaseBlob drops one reference on hash inside tx and reports whether it
+// was the last. The row then stays, with refs 0, naming the bytes until
+// removeUnreferenced removes them after the commit.
+func releaseBlob(ctx context.Context, tx *sql.Tx, hash string) (bool, error) {
 	var refs int64
-	obj := blob.Ref{Hash: hash}
-	err := tx.QueryRowContext(ctx,
-		`UPDATE blobs SET refs = refs - 1 WHERE hash = ? RETURNING refs, coalesce(object_key, '')`, hash).Scan(&refs, &obj.Key)
+	err := tx.QueryRowContext(ctx, `UPDATE blobs SET refs = refs - 1 WHERE hash = ? RETURNING refs`, hash).Scan(&refs)
 	if err != nil {
-		return fmt.Errorf("embedded: release blob: %w", err)
+		return false, fmt.Errorf("embedded: release blob: %w", err)
 	}
-	if refs > 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM blobs WHERE hash = ?`, hash); err != nil {
-		return fmt.Errorf("embedded: delete blob: %w", err)
-	}
-	if remove == nil {
-		return errors.New("embedded: last reference dropped without a remove func")
-	}
-	if err := remove(obj); err != nil {
-		return fmt.Errorf("embedded: remove blob %s: %w", obj, err)
-	}
-	return nil
+	return refs == 0, nil
 }
 
 // queryAsset runs a single-asset query on the read pool.

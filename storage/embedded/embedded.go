@@ -6,8 +6,10 @@
 // instead of failing with SQLITE_BUSY, and a transaction that holds a blob's
 // row holds the whole database. Reads use a separate pool and, under WAL,
 // never block on the writer. That single-writer queue is what makes the blob
-// reference protocol safe: publish and remove run inside the write
-// transaction, so no create can interleave with the delete of the same bytes.
+// reference protocol safe: publish runs inside the write transaction, and
+// the removal of bytes left without a reference in a write transaction of
+// its own after the one that dropped the reference has committed, so no
+// create can interleave with the delete of the same bytes.
 // A BlobFunc must therefore not write to this store itself (it would wait for
 // the connection it is running on).
 package embedded
@@ -53,7 +55,11 @@ var _ storage.Store = (*Store)(nil)
 // 0700. It does not migrate; call Migrate before use. Open touches the file
 // system, so config validation (caddy validate) should not call it — open the
 // store when the app provisions or starts, not when the config is checked.
-func Open(dir string) (*Store, error) {
+func Open(dir string) (*Store, error) { return open(dir, "sqlite") }
+
+// open is Open with the writer's database/sql driver named: the fault
+// matrix's tests put a fault injector between the store and SQLite there.
+func open(dir, writeDriver string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("embedded: empty directory")
 	}
@@ -66,7 +72,7 @@ func Open(dir string) (*Store, error) {
 	}
 	path := filepath.Join(abs, FileName)
 
-	write, err := sql.Open("sqlite", dsn(path, false))
+	write, err := sql.Open(writeDriver, dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open writer: %w", err)
 	}
@@ -147,14 +153,18 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) inWriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("embedded: begin: %w", err)
+		// No transaction began: nothing of the write happened.
+		return fmt.Errorf("embedded: begin: %w: %w", storage.ErrNotSent, err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("embedded: commit: %w", err)
+		// SQLite rolls back a COMMIT that fails, but an error may also
+		// come after the commit took effect (an I/O error reported late):
+		// whatever depends on the outcome must not assume either.
+		return fmt.Errorf("embedded: commit: %w: %w", storage.ErrInDoubt, err)
 	}
 	return nil
 }

@@ -111,31 +111,6 @@ func TestReopenKeepsData(t *testing.T) {
 	}
 }
 
-// TestRemoveFailureKeepsAsset checks that a failing remove rolls the delete
-// back, so the record and its blob reference survive for a retry.
-func TestRemoveFailureKeepsAsset(t *testing.T) {
-	ctx := context.Background()
-	s := openMigrated(t)
-	a := storage.NewAsset{ID: "a1", AccountID: "acct", Hash: "blake3:01", FilePath: "x.png"}
-	if _, err := s.CreateAsset(ctx, a, atAddress(a.Hash)); err != nil {
-		t.Fatalf("CreateAsset: %v", err)
-	}
-	boom := os.ErrPermission
-	if err := s.DeleteAsset(ctx, "acct", "a1", func(blob.Ref) error { return boom }); err == nil {
-		t.Fatal("DeleteAsset with a failing remove succeeded")
-	}
-	if _, err := s.GetAsset(ctx, "acct", "a1"); err != nil {
-		t.Fatalf("asset gone after a failed remove: %v", err)
-	}
-	removed := 0
-	if err := s.DeleteAsset(ctx, "acct", "a1", func(blob.Ref) error { removed++; return nil }); err != nil {
-		t.Fatalf("retry DeleteAsset: %v", err)
-	}
-	if removed != 1 {
-		t.Errorf("remove called %d times on retry, want 1", removed)
-	}
-}
-
 // TestConnectionPragmas: every connection, the writer and each reader,
 // runs with the store's settings (WAL, foreign keys, the page cache).
 func TestConnectionPragmas(t *testing.T) {

@@ -16,7 +16,8 @@ import (
 // for a new attempt, passing over the accounts that already run
 // accountMaxRunning jobs of the pool when that is positive. In the same
 // write transaction it deletes the outputs of earlier attempts and their
-// assets, calling remove for blobs left without a reference, and clears
+// assets, and after it calls remove for blobs left without a reference
+// (removeUnreferenced); it clears
 // the earlier attempt's progress. The single writer makes concurrent
 // claimers take distinct jobs and count each other's. Leases run on this
 // process's clock.
@@ -25,6 +26,7 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		return storage.Job{}, errors.New("embedded: ClaimJob needs a remove func")
 	}
 	var job storage.Job
+	var unreferenced []string
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		id, err := nextJob(ctx, tx, pool, accountMaxRunning)
 		if err != nil {
@@ -37,7 +39,7 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 			WHERE id = ?`, owner, formatTime(t.Add(lease)), formatTime(t), formatTime(t), id); err != nil {
 			return fmt.Errorf("embedded: claim job: %w", err)
 		}
-		if err := dropEarlierOutputs(ctx, tx, id, remove); err != nil {
+		if unreferenced, err = dropEarlierOutputs(ctx, tx, id); err != nil {
 			return err
 		}
 		if job, err = loadJob(ctx, tx, `id = ?`, id); err != nil {
@@ -49,7 +51,12 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 		}
 		return nil
 	})
-	return job, err
+	if err != nil {
+		return storage.Job{}, err
+	}
+	// The claim has succeeded whatever happens to the bytes now.
+	_, _ = s.removeUnreferenced(ctx, unreferenced, remove)
+	return job, nil
 }
 
 // nextJob is the id of the pool's next job to claim, or storage.ErrNotFound.
@@ -115,12 +122,14 @@ func nextJob(ctx context.Context, tx *sql.Tx, pool string, accountMaxRunning int
 }
 
 // dropEarlierOutputs deletes every output of job id (a new attempt has none
-// yet) with its asset, releasing each asset's blob reference.
-func dropEarlierOutputs(ctx context.Context, tx *sql.Tx, id string, remove storage.BlobFunc) error {
+// yet) with its asset, releasing each asset's blob reference. It returns
+// the hashes of the blobs left without one, whose bytes go after the
+// commit.
+func dropEarlierOutputs(ctx context.Context, tx *sql.Tx, id string) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT a.id, a.hash FROM job_outputs o
 		JOIN assets a ON a.id = o.asset_id WHERE o.job_id = ? ORDER BY o.seq`, id)
 	if err != nil {
-		return fmt.Errorf("embedded: read earlier outputs: %w", err)
+		return nil, fmt.Errorf("embedded: read earlier outputs: %w", err)
 	}
 	type ref struct{ asset, hash string }
 	var refs []ref
@@ -128,25 +137,30 @@ func dropEarlierOutputs(ctx context.Context, tx *sql.Tx, id string, remove stora
 		var r ref
 		if err := rows.Scan(&r.asset, &r.hash); err != nil {
 			_ = rows.Close()
-			return fmt.Errorf("embedded: read earlier outputs: %w", err)
+			return nil, fmt.Errorf("embedded: read earlier outputs: %w", err)
 		}
 		refs = append(refs, r)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("embedded: read earlier outputs: %w", err)
+		return nil, fmt.Errorf("embedded: read earlier outputs: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_outputs WHERE job_id = ?`, id); err != nil {
-		return fmt.Errorf("embedded: delete earlier outputs: %w", err)
+		return nil, fmt.Errorf("embedded: delete earlier outputs: %w", err)
 	}
+	var unreferenced []string
 	for _, r := range refs {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM assets WHERE id = ?`, r.asset); err != nil {
-			return fmt.Errorf("embedded: delete earlier output asset: %w", err)
+			return nil, fmt.Errorf("embedded: delete earlier output asset: %w", err)
 		}
-		if err := releaseBlob(ctx, tx, r.hash, remove); err != nil {
-			return err
+		last, err := releaseBlob(ctx, tx, r.hash)
+		if err != nil {
+			return nil, err
+		}
+		if last {
+			unreferenced = append(unreferenced, r.hash)
 		}
 	}
-	return nil
+	return unreferenced, nil
 }
 
 // RenewLease extends the attempt's lease to now+lease and returns the job's
@@ -206,8 +220,11 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return storage.Output{}, errors.New("embedded: AddOutput needs a publisher")
 	}
 	result := storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder}
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
+	tracked := storage.Track(publish)
+	var rolledBack bool
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) (err error) {
+		defer func() { rolledBack = err != nil }()
+		err = tx.QueryRowContext(ctx, `SELECT account_id, coalesce(deployment_id, '') FROM jobs WHERE `+ownsLease,
 			id, attempt).Scan(&a.AccountID, &a.DeploymentID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return storage.ErrLeaseLost
@@ -216,7 +233,7 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 			return fmt.Errorf("embedded: add output: %w", err)
 		}
 		a.JobID = id
-		created, err := createAssetTx(ctx, tx, a, publish)
+		created, err := createAssetTx(ctx, tx, a, tracked)
 		if err != nil {
 			return err
 		}
@@ -230,6 +247,7 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return nil
 	})
 	if err != nil {
+		tracked.Failed(err, rolledBack)
 		return storage.Output{}, err
 	}
 	return result, nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,22 +45,27 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 	}
 	defer rollback(ctx, tx)
 	sess := sessionOf(tx.Conn())
-	created, err := createAssetTx(ctx, tx, a, publish)
+	tracked := storage.Track(publish)
+	created, err := createAssetTx(ctx, tx, a, tracked)
 	if inDoubt(err) && !errors.Is(err, storage.ErrNotCommitted) {
 		// The connection broke before the COMMIT was sent: the server
 		// aborts the transaction, nothing of it can commit.
-		return storage.Created{}, fmt.Errorf("%w: %w", storage.ErrNotCommitted, err)
+		err = fmt.Errorf("%w: %w", storage.ErrNotCommitted, err)
 	}
 	if err != nil {
+		tracked.Failed(err, true)
 		return storage.Created{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if inDoubtCommit(err) {
 			// The COMMIT was sent and no answer came back: learn whether
 			// it committed (indoubt.go).
-			return s.resolveAsset(ctx, a, created, sess, err)
+			created, err = s.resolveAsset(ctx, a, created, sess, err)
+		} else {
+			err = commitErr("create asset: commit", err)
 		}
-		return storage.Created{}, mapErr("create asset: commit", err)
+		tracked.Failed(err, false)
+		return created, err
 	}
 	return created, nil
 }
@@ -73,8 +77,9 @@ func (s *Store) CreateAsset(ctx context.Context, a storage.NewAsset, publish sto
 //  2. upsert the blob row, incrementing refs (a new row names the create's
 //     own object); this takes the row lock that every create and delete of
 //     the hash serializes on until commit, and tells whether the blob was
-//     recorded before (rows are never committed with refs 0: the
-//     transaction that takes refs to zero deletes the row);
+//     recorded before (a row with refs 0 is an unreferenced blob whose
+//     bytes are still to be removed, see unreferenced.go: the create
+//     takes it over, and the bytes with it when they are still there);
 //  3. note whether the account already held the bytes;
 //  4. insert the asset, so an idempotency-key or ID conflict is refused
 //     (storage.ErrDuplicate) before any bytes are made present;
@@ -99,7 +104,9 @@ func createAssetTx(ctx context.Context, tx pgx.Tx, a storage.NewAsset, publish s
 		return storage.Created{}, mapErr("create asset: reference blob", err)
 	}
 	var held *blob.Ref
-	if refs > 1 {
+	if refs > 1 || recorded != own {
+		// The row was there: other assets hold the bytes, or it is an
+		// unreferenced row (refs 0) whose bytes are not removed yet.
 		held = &blob.Ref{Hash: a.Hash, Key: recorded}
 	}
 	var had bool
@@ -213,10 +220,12 @@ func (s *Store) AccountBlob(ctx context.Context, accountID, hash string) (int64,
 }
 
 // DeleteAsset deletes the account's asset and drops its blob reference in
-// one transaction. When the reference was the last, the blob row is deleted
-// and remove runs before commit, with the row still locked; if remove fails
-// the asset stays. An output of a job that has not expired is refused with
-// storage.ErrInUse; output rows of expired jobs go with the asset.
+// one transaction. When the reference was the last, the blob's row stays
+// with refs 0 and its bytes are removed once the delete has committed
+// (removeUnreferenced); a removal that fails, or a commit whose outcome is
+// unknown, leaves them to RemoveUnreferencedBlobs. An output of a job that
+// has not expired is refused with storage.ErrInUse; output rows of expired
+// jobs go with the asset.
 func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove storage.BlobFunc) error {
 	if !isUUID(id) {
 		return fmt.Errorf("postgres: delete asset: %w", storage.ErrNotFound)
@@ -236,38 +245,32 @@ func (s *Store) DeleteAsset(ctx context.Context, accountID, id string, remove st
 	if err != nil {
 		return mapErr("delete asset", err)
 	}
-	if err := dropRefs(ctx, tx, hash, 1, remove); err != nil {
+	last, err := dropRefs(ctx, tx, hash, 1)
+	if err != nil {
 		return fmt.Errorf("postgres: delete asset: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return mapErr("delete asset: commit", err)
+		return commitErr("delete asset: commit", err)
+	}
+	if last {
+		// The delete has succeeded whatever happens to the bytes now.
+		_, _ = s.removeUnreferenced(ctx, []string{hash}, remove)
 	}
 	return nil
 }
 
-// dropRefs subtracts n references from hash's blob row (locking it) and,
-// when none remain, deletes the row and calls remove on the object it named
-// inside the transaction.
-func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage.BlobFunc) error {
+// dropRefs subtracts n references from hash's blob row (locking it) and
+// reports whether none remain. The row then stays, with refs 0, naming the
+// bytes until removeUnreferenced removes them after the commit.
+func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int) (bool, error) {
 	var refs int
-	obj := blob.Ref{Hash: hash}
-	err := tx.QueryRow(ctx, `UPDATE blobs SET refs = refs - $2 WHERE hash = $1 RETURNING refs, coalesce(object_key, '')`,
-		hash, n).Scan(&refs, &obj.Key)
+	err := tx.QueryRow(ctx, `UPDATE blobs SET refs = refs - $2 WHERE hash = $1 RETURNING refs`, hash, n).Scan(&refs)
 	if err != nil {
 		// No row means the refs invariant is broken; that is an internal
 		// error, not the caller's ErrNotFound, so no sentinel mapping here.
-		return fmt.Errorf("release blob %s: %w", hash, err)
+		return false, fmt.Errorf("release blob %s: %w", hash, err)
 	}
-	if refs > 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = $1`, hash); err != nil {
-		return fmt.Errorf("delete blob %s: %w", hash, err)
-	}
-	if err := remove(obj); err != nil {
-		return fmt.Errorf("remove blob %s: %w", obj, err)
-	}
-	return nil
+	return refs == 0, nil
 }
 
 // DeleteExpiredAssets deletes up to limit assets that expired before now, in
@@ -276,13 +279,10 @@ func dropRefs(ctx context.Context, tx pgx.Tx, hash string, n int, remove storage
 // set, a few statements whatever its size (one savepoint per hash cost ~1 s
 // per 500 outputs): the blob rows are locked in hash order (concurrent
 // reapers and deletes never deadlock), the outputs and assets deleted and the
-// references dropped, the blobs left without one deleted, and remove called
-// for each of those with its row still locked. A remove that fails keeps
-// that blob's assets for a later pass without blocking the rest of the
-// batch: the batch's statements are rolled back to their savepoint and
-// redone without that blob (bytes already removed are not removed again).
-// It returns how many assets were deleted, and the joined remove errors if
-// any.
+// references dropped. The bytes of the blobs left without a reference are
+// removed once the transaction has committed (removeUnreferenced); those it
+// could not remove stay for RemoveUnreferencedBlobs. It returns how many
+// assets were deleted, and the joined remove errors if any.
 func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit int, remove storage.BlobFunc) (int, error) {
 	if limit <= 0 {
 		return 0, nil
@@ -305,124 +305,74 @@ func (s *Store) DeleteExpiredAssets(ctx context.Context, now time.Time, limit in
 	if err != nil {
 		return 0, mapErr("delete expired: select", err)
 	}
-	byHash := map[string][]string{}
+	var ids, hashes []string
 	for rows.Next() {
 		var id, hash string
 		if err := rows.Scan(&id, &hash); err != nil {
 			rows.Close()
 			return 0, mapErr("delete expired: scan", err)
 		}
-		byHash[hash] = append(byHash[hash], id)
+		ids, hashes = append(ids, id), append(hashes, hash)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, mapErr("delete expired: select", err)
 	}
-	if len(byHash) == 0 {
+	if len(ids) == 0 {
 		return 0, nil
 	}
-	hashes := make([]string, 0, len(byHash))
-	for h := range byHash {
-		hashes = append(hashes, h)
-	}
 	slices.Sort(hashes)
+	hashes = slices.Compact(hashes)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM blobs WHERE hash = ANY($1) ORDER BY hash FOR UPDATE`, hashes); err != nil {
 		return 0, mapErr("delete expired: lock blobs", err)
 	}
-
-	removed := map[blob.Ref]bool{}
-	var errs []error
-	deleted := 0
-	for {
-		var ids []string
-		for _, h := range hashes {
-			ids = append(ids, byHash[h]...)
-		}
-		if len(ids) == 0 {
-			break
-		}
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return 0, mapErr("delete expired: savepoint", err)
-		}
-		n, zero, err := reapAssets(ctx, sp, ids)
-		if err != nil {
-			return 0, fmt.Errorf("postgres: delete expired: %w", err)
-		}
-		failed := -1
-		for _, obj := range zero {
-			if removed[obj] {
-				continue
-			}
-			if err := remove(obj); err != nil {
-				errs = append(errs, fmt.Errorf("remove blob %s: %w", obj, err))
-				failed = slices.Index(hashes, obj.Hash)
-				break
-			}
-			removed[obj] = true
-		}
-		if failed < 0 {
-			if err := sp.Commit(ctx); err != nil {
-				return 0, mapErr("delete expired: release savepoint", err)
-			}
-			deleted = n
-			break
-		}
-		if err := sp.Rollback(ctx); err != nil {
-			return 0, mapErr("delete expired: rollback to savepoint", err)
-		}
-		hashes = slices.Delete(hashes, failed, failed+1)
+	deleted, zero, err := reapAssets(ctx, tx, ids)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: delete expired: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, mapErr("delete expired: commit", err)
+		return 0, commitErr("delete expired: commit", err)
 	}
-	if len(errs) > 0 {
-		return deleted, fmt.Errorf("postgres: delete expired: %w", errors.Join(errs...))
+	if _, err := s.removeUnreferenced(ctx, zero, remove); err != nil {
+		return deleted, fmt.Errorf("postgres: delete expired: %w", err)
 	}
 	return deleted, nil
 }
 
 // reapAssets deletes the assets ids (whose blob rows the caller has
-// locked) with the output rows that name them (only expired jobs' can),
-// drops their blobs' references and deletes the blob rows left without
-// one. It returns how many assets it deleted and the objects of the rows it
-// deleted (in hash order), which the caller must now remove.
-func reapAssets(ctx context.Context, tx pgx.Tx, ids []string) (int, []blob.Ref, error) {
+// locked) with the output rows that name them (only expired jobs' can) and
+// drops their blobs' references. It returns how many assets it deleted and
+// the hashes (in order) of the blobs left without a reference, whose rows
+// stay with refs 0 until their bytes are removed after the commit.
+func reapAssets(ctx context.Context, tx pgx.Tx, ids []string) (int, []string, error) {
 	if _, err := tx.Exec(ctx, `DELETE FROM job_outputs WHERE asset_id = ANY($1::uuid[])`, ids); err != nil {
 		return 0, nil, fmt.Errorf("delete outputs: %w", err)
 	}
 	rows, err := tx.Query(ctx, `WITH a AS (DELETE FROM assets WHERE id = ANY($1::uuid[]) RETURNING hash),
 			c AS (SELECT hash, count(*) AS n FROM a GROUP BY hash)
 		UPDATE blobs SET refs = blobs.refs - c.n FROM c WHERE blobs.hash = c.hash
-		RETURNING blobs.hash, blobs.refs, c.n, coalesce(blobs.object_key, '')`, ids)
+		RETURNING blobs.hash, blobs.refs, c.n`, ids)
 	if err != nil {
 		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
 	n := 0
-	var zero []blob.Ref
-	var zeroHashes []string
+	var zero []string
 	for rows.Next() {
-		var obj blob.Ref
+		var hash string
 		var refs, k int
-		if err := rows.Scan(&obj.Hash, &refs, &k, &obj.Key); err != nil {
+		if err := rows.Scan(&hash, &refs, &k); err != nil {
 			rows.Close()
 			return 0, nil, fmt.Errorf("delete assets: %w", err)
 		}
 		n += k
 		if refs == 0 {
-			zero = append(zero, obj)
-			zeroHashes = append(zeroHashes, obj.Hash)
+			zero = append(zero, hash)
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, nil, fmt.Errorf("delete assets: %w", err)
 	}
-	slices.SortFunc(zero, func(a, b blob.Ref) int { return strings.Compare(a.Hash, b.Hash) })
-	if len(zero) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE hash = ANY($1)`, zeroHashes); err != nil {
-			return 0, nil, fmt.Errorf("delete blobs: %w", err)
-		}
-	}
+	slices.Sort(zero)
 	return n, zero, nil
 }

@@ -457,7 +457,7 @@ func (s *Store) CancelJob(ctx context.Context, accountID, id string) (storage.Jo
 		return storage.Job{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return storage.Job{}, mapErr("cancel job: commit", err)
+		return storage.Job{}, commitErr("cancel job: commit", err)
 	}
 	return job, nil
 }

@@ -57,14 +57,17 @@ func (s *Store) ClaimJob(ctx context.Context, pool, owner string, lease time.Dur
 	if err != nil {
 		return storage.Job{}, mapErr("claim job", err)
 	}
-	if err := dropEarlierOutputs(ctx, tx, job.ID, remove); err != nil {
+	unreferenced, err := dropEarlierOutputs(ctx, tx, job.ID)
+	if err != nil {
 		return storage.Job{}, fmt.Errorf("postgres: claim job: %w", err)
 	}
 	job.Outputs = []storage.Output{} // a new attempt starts with none
 	job.TraceParent = traceParent
 	if err := tx.Commit(ctx); err != nil {
-		return storage.Job{}, mapErr("claim job: commit", err)
+		return storage.Job{}, commitErr("claim job: commit", err)
 	}
+	// The claim has succeeded whatever happens to the bytes now.
+	_, _ = s.removeUnreferenced(ctx, unreferenced, remove)
 	return job, nil
 }
 
@@ -94,38 +97,44 @@ const fairPickSQL = `WITH RECURSIVE accts AS (
 	ORDER BY h.turn, h.created_at, h.id LIMIT 1`
 
 // dropEarlierOutputs deletes every output of job id (a new attempt has none
-// yet) with its asset, then releases the blob references in hash order, the
-// lock order every multi-blob release uses.
-func dropEarlierOutputs(ctx context.Context, tx pgx.Tx, id string, remove storage.BlobFunc) error {
+// yet) with its asset, then drops the blob references in hash order, the
+// lock order every multi-blob release uses. It returns the hashes of the
+// blobs left without a reference, whose bytes go after the commit.
+func dropEarlierOutputs(ctx context.Context, tx pgx.Tx, id string) ([]string, error) {
 	rows, err := tx.Query(ctx, `WITH gone AS (DELETE FROM job_outputs WHERE job_id = $1 RETURNING asset_id)
 		DELETE FROM assets WHERE id IN (SELECT asset_id FROM gone) RETURNING hash`, id)
 	if err != nil {
-		return fmt.Errorf("delete earlier outputs: %w", err)
+		return nil, fmt.Errorf("delete earlier outputs: %w", err)
 	}
 	counts := map[string]int{}
 	for rows.Next() {
 		var hash string
 		if err := rows.Scan(&hash); err != nil {
 			rows.Close()
-			return fmt.Errorf("delete earlier outputs: %w", err)
+			return nil, fmt.Errorf("delete earlier outputs: %w", err)
 		}
 		counts[hash]++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("delete earlier outputs: %w", err)
+		return nil, fmt.Errorf("delete earlier outputs: %w", err)
 	}
 	hashes := make([]string, 0, len(counts))
 	for h := range counts {
 		hashes = append(hashes, h)
 	}
 	slices.Sort(hashes)
+	var unreferenced []string
 	for _, h := range hashes {
-		if err := dropRefs(ctx, tx, h, counts[h], remove); err != nil {
-			return err
+		last, err := dropRefs(ctx, tx, h, counts[h])
+		if err != nil {
+			return nil, err
+		}
+		if last {
+			unreferenced = append(unreferenced, h)
 		}
 	}
-	return nil
+	return unreferenced, nil
 }
 
 // RenewLease extends the attempt's lease to now+lease on the database clock
@@ -191,17 +200,22 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 		return storage.Output{}, mapErr("add output: lock job", err)
 	}
 	a.JobID = id
-	created, err := createAssetTx(ctx, tx, a, publish)
+	tracked := storage.Track(publish)
+	created, err := createAssetTx(ctx, tx, a, tracked)
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
+			VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6, nullif($7, ''))`,
+			id, attempt, out.NodeID, out.Name, out.Type, a.ID, out.Folder)
+		err = mapErr("add output: insert", err)
+	}
 	if err != nil {
+		tracked.Failed(err, true) // rolled back: nothing of it committed
 		return storage.Output{}, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO job_outputs (job_id, attempt, seq, node_id, name, type, asset_id, folder_type)
-		VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM job_outputs WHERE job_id = $1), $3, $4, $5, $6, nullif($7, ''))`,
-		id, attempt, out.NodeID, out.Name, out.Type, a.ID, out.Folder); err != nil {
-		return storage.Output{}, mapErr("add output: insert", err)
-	}
 	if err := tx.Commit(ctx); err != nil {
-		return storage.Output{}, mapErr("add output: commit", err)
+		err = commitErr("add output: commit", err)
+		tracked.Failed(err, false)
+		return storage.Output{}, err
 	}
 	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder, Asset: created.Asset}, nil
 }
@@ -245,7 +259,7 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 		return storage.Job{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return storage.Job{}, mapErr("finish job: commit", err)
+		return storage.Job{}, commitErr("finish job: commit", err)
 	}
 	return job, nil
 }

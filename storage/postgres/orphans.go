@@ -100,7 +100,7 @@ func (s *Store) removeOrphanAddress(ctx context.Context, hash string, remove sto
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, mapErr("remove orphan blob: commit", err)
+		return false, commitErr("remove orphan blob: commit", err)
 	}
 	return true, nil
 }
@@ -128,7 +128,7 @@ func (s *Store) removeOrphanKey(ctx context.Context, key string, remove storage.
 		return false, fmt.Errorf("postgres: remove orphan blob %s: %w", key, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, mapErr("remove orphan blob: commit", err)
+		return false, commitErr("remove orphan blob: commit", err)
 	}
 	return true, nil
 }

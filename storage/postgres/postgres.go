@@ -135,6 +135,21 @@ func notSent(err error) bool {
 	return errors.As(err, &ce) || pgconn.SafeToRetry(err)
 }
 
+// commitErr maps the error of a COMMIT (pgx's tx.Commit). An error the
+// server sent means it rolled the transaction back (a deferred constraint,
+// a serialization failure): storage.ErrNotCommitted, with mapErr's
+// sentinels. Any other leaves the outcome unknown, whatever pgx calls it
+// (see inDoubtCommit): storage.ErrInDoubt, never ErrNotSent.
+func commitErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if inDoubtCommit(err) {
+		return fmt.Errorf("postgres: %s: %w: %w", op, storage.ErrInDoubt, err)
+	}
+	return fmt.Errorf("%w: %w", storage.ErrNotCommitted, mapErr(op, err))
+}
+
 // isUUID reports whether s is a UUID in a form Postgres accepts. Lookups by a
 // malformed id answer ErrNotFound rather than a driver error.
 func isUUID(s string) bool {

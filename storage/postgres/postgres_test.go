@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/blob"
@@ -267,8 +268,9 @@ func TestRefcountUnderRace(t *testing.T) {
 	checkRefs(t, st)
 }
 
-// TestDeleteExpiredRemoveFailure: a blob whose remove fails keeps its assets
-// for a later pass; the rest of the batch is still reaped.
+// TestDeleteExpiredRemoveFailure: the batch is reaped whole even when a
+// blob's remove fails (its assets' delete had committed); those bytes stay
+// for RemoveUnreferencedBlobs, and the error is returned.
 func TestDeleteExpiredRemoveFailure(t *testing.T) {
 	st := freshStore(t)
 	fs := newMemFS()
@@ -285,23 +287,35 @@ func TestDeleteExpiredRemoveFailure(t *testing.T) {
 	}
 	fs.fail[stuck] = true
 	n, err := st.DeleteExpiredAssets(testCtx(t), time.Now(), 10, fs.remove)
-	if n != 1 || err == nil {
-		t.Fatalf("DeleteExpiredAssets = %d, %v; want 1 and the remove error", n, err)
+	if n != 2 || err == nil {
+		t.Fatalf("DeleteExpiredAssets = %d, %v; want 2 and the remove error", n, err)
 	}
-	if _, err := st.GetAsset(testCtx(t), account, ids[stuck]); err != nil {
-		t.Errorf("asset over the blob whose remove failed: %v", err)
+	for h, id := range ids {
+		if _, err := st.GetAsset(testCtx(t), account, id); !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("asset over %s after the reap: %v, want ErrNotFound", h, err)
+		}
 	}
 	if fs.has(fine) || !fs.has(stuck) {
 		t.Errorf("present: fine=%v stuck=%v; want false, true", fs.has(fine), fs.has(stuck))
 	}
-	checkRefs(t, st)
+	var unreferenced []string
+	rows, err := st.Pool().Query(testCtx(t), `SELECT hash FROM blobs WHERE refs = 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unreferenced, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(unreferenced) != 1 || unreferenced[0] != stuck {
+		t.Errorf("unreferenced blob rows = %v, want only %s (its bytes are still to go)", unreferenced, stuck)
+	}
 
 	delete(fs.fail, stuck)
-	if n, err := st.DeleteExpiredAssets(testCtx(t), time.Now(), 10, fs.remove); n != 1 || err != nil {
-		t.Errorf("second pass = %d, %v; want 1, nil", n, err)
+	if n, err := st.RemoveUnreferencedBlobs(testCtx(t), 10, fs.remove); n != 1 || err != nil {
+		t.Errorf("RemoveUnreferencedBlobs = %d, %v; want 1, nil", n, err)
 	}
 	if fs.has(stuck) {
-		t.Error("stuck blob still present after the retry")
+		t.Error("stuck blob still present after the sweep")
 	}
 	checkRefs(t, st)
 }

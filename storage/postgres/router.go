@@ -90,7 +90,7 @@ func (s *Store) CreateRouterCall(ctx context.Context, c storage.RouterCall, keyT
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return storage.RouterCall{}, mapErr("create router call", err)
+		return storage.RouterCall{}, commitErr("create router call: commit", err)
 	}
 	return c, nil
 }

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ func RunStore(t *testing.T, open func(t *testing.T) storage.Store) {
 	}{
 		{"Assets", assetCases},
 		{"Delete", deleteCases},
+		{"Unreferenced", unreferencedCases},
 		{"Concurrency", concurrencyCases},
 		{"Orphans", orphanCases},
 		{"Objects", objectCases},
@@ -117,7 +119,6 @@ type fakeFS struct {
 	objects    map[string]blob.Ref // by name: Key, or Hash for an address
 	published  map[string]int      // by hash
 	removed    map[string]int      // by hash (by name for an unknown object)
-	keys       int
 	publishErr error
 	// publishHold and removeHold, when set, widen race windows: each call
 	// sleeps this long (while a correct store holds the blob's record) before
@@ -147,10 +148,9 @@ func (f *fakeFS) publish(hash string) storage.Publisher {
 // keyed is the publisher of a create whose bytes were streamed into an
 // object at a fresh key; it returns the key too.
 func (f *fakeFS) keyed(hash string) (storage.Publisher, string) {
-	f.mu.Lock()
-	f.keys++
-	key := fmt.Sprintf("blobs/%032x", f.keys)
-	f.mu.Unlock()
+	// Unique across fakes, as an object store's fresh keys are: subtests
+	// share one store, whose records outlive each subtest's fake.
+	key := "blobs/" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	return keyedPublisher{f: f, own: blob.Ref{Hash: hash, Key: key}}, key
 }
 
@@ -162,6 +162,13 @@ type keyedPublisher struct {
 func (p keyedPublisher) Key() string { return p.own.Key }
 
 func (p keyedPublisher) Publish(held *blob.Ref) (blob.Ref, error) { return p.f.put(p.own, held) }
+
+// Retract removes the publisher's own object (storage.Retracter), as an
+// S3 upload removes the object it completed at its fresh key.
+func (p keyedPublisher) Retract() error {
+	p.f.drop(p.own)
+	return nil
+}
 
 // put is a Publish: held is kept when it is present, else own is made so.
 func (f *fakeFS) put(own blob.Ref, held *blob.Ref) (blob.Ref, error) {

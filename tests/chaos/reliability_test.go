@@ -55,3 +55,26 @@ func TestRowsCarryOver(t *testing.T) {
 		t.Fatalf("carried twice: %q", again)
 	}
 }
+
+// TestReportHasTheNotes: the committed RELIABILITY.md carries the fault
+// matrix section and every open and fixed note as the generator writes
+// them, so that a note changed here (or in the report) is changed in both.
+func TestReportHasTheNotes(t *testing.T) {
+	md, err := os.ReadFile("../../RELIABILITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{faultMatrixSection}, notesAsWritten()...) {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("RELIABILITY.md lacks, as the generator writes it:\n%s", want)
+		}
+	}
+}
+
+func notesAsWritten() []string {
+	var out []string
+	for _, n := range append(append([]string{}, openNotes...), fixedNotes...) {
+		out = append(out, "- "+n+"\n")
+	}
+	return out
+}

@@ -12,7 +12,8 @@ import (
 
 // runSweepers runs the gateway's own blob sweepers once, as its
 // maintenance would given time (it sweeps upload leftovers idle for an
-// hour and walks the store for orphans a page a minute): the product's
+// hour, removes the bytes of unreferenced blobs and walks the store for
+// orphans a page a minute): the product's
 // code on the stack's bucket and database, straight, not through the fault
 // proxies. What the checker then finds in the bucket is what the sweepers
 // could not remove.
@@ -32,6 +33,18 @@ func runSweepers(ctx context.Context, s *Stack) error {
 	}
 	defer db.Close()
 	svc := &assets.Service{Store: db, Blobs: store}
+	// The bytes of blobs whose last reference went without their removal
+	// following (a gateway killed between the two, or a commit whose
+	// answer was lost).
+	for {
+		n, err := svc.SweepUnreferenced(ctx, 1000)
+		if err != nil {
+			return fmt.Errorf("checker: removing unreferenced blobs: %w", err)
+		}
+		if n < 1000 {
+			break
+		}
+	}
 	for after := (blob.Ref{}); ; {
 		next, _, err := svc.SweepOrphans(ctx, after, 1000)
 		if err != nil {

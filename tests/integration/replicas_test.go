@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"image/png"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,4 +260,85 @@ func fetchDirect(t *testing.T, u string) gateway.Response {
 		t.Fatalf("GET %s: %d %s", u, r.Status, r.Body)
 	}
 	return r
+}
+
+// TestConcurrentSameBytesOnReplicas covers acceptance 3 of issue 37: the
+// same bytes uploaded at once (no expected_hash) through two replicas on
+// one bucket leave one object, whichever create wins the blob's row; and
+// deleting both records leaves none, at once, without the maintenance
+// pass (which runs a minute apart and is not waited for).
+func TestConcurrentSameBytesOnReplicas(t *testing.T) {
+	t.Parallel()
+	dsn, rurl, bucket := pgtest.DSN(t), pgtest.RedisURL(t), s3test.Bucket(t)
+	a := startReplica(t, replicaGlobal(dsn, rurl, bucket, "\t\t\tno_execute"))
+	b := startReplica(t, replicaGlobal(dsn, rurl, bucket, "\t\t\tno_execute"))
+	objects := func() []string {
+		var out []string
+		for _, k := range bucket.Keys(t, "") {
+			if !strings.Contains(k, "?uploadId=") && !strings.HasPrefix(k, "tmp/") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for round, size := range []int{200_000, 11<<20 + 7, 300_000, 11<<20 + 99, 150_000, 6<<20 + 1} {
+		data := randomBytes(size)
+		ids := make([]string, 2)
+		errs := make(chan error, 2)
+		// Both bodies stop short of their last bytes until both got that
+		// far, so that the two creates reach the blob's row together.
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		release := make(chan struct{})
+		go func() { arrived.Wait(); close(release) }()
+		for i, g := range []*gateway.Gateway{a, b} {
+			go func() {
+				body, ct := multipartBody(t, uploadParts(data, fmt.Sprintf("same-%d.png", round))...)
+				all := body.Bytes()
+				held := io.MultiReader(bytes.NewReader(all[:len(all)-64]), &barrier{arrived: &arrived, release: release},
+					bytes.NewReader(all[len(all)-64:]))
+				r := do(t, http.MethodPost, g.URL+"/api/v2/assets", held, map[string]string{"Content-Type": ct})
+				if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+					errs <- fmt.Errorf("upload through replica %d: %d %s", i, r.Status, r.Body)
+					return
+				}
+				ids[i] = r.JSON(t)["id"].(string)
+				errs <- nil
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := objects(); len(got) != 1 {
+			t.Fatalf("round %d (%d bytes): %d objects after two concurrent uploads of the same bytes, want 1: %v",
+				round, size, len(got), got)
+		}
+		for i, id := range ids {
+			g := []*gateway.Gateway{b, a}[i] // deleted through the other replica
+			if r := do(t, http.MethodDelete, g.URL+"/api/v2/assets/"+id, nil, nil); r.Status != http.StatusNoContent {
+				t.Fatalf("delete: %d %s", r.Status, r.Body)
+			}
+		}
+		if got := objects(); len(got) != 0 {
+			t.Fatalf("round %d: objects left once both records were deleted: %v", round, got)
+		}
+	}
+}
+
+// barrier is an empty reader that, when first read, reports its arrival
+// and blocks until release is closed.
+type barrier struct {
+	arrived *sync.WaitGroup
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *barrier) Read([]byte) (int, error) {
+	b.once.Do(func() {
+		b.arrived.Done()
+		<-b.release
+	})
+	return 0, io.EOF
 }

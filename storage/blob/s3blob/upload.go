@@ -345,6 +345,24 @@ func (u *upload) Abort() error {
 	return nil
 }
 
+// Retract removes the object Publish wrote at the upload's own key, for a
+// create the storage layer knows did not commit (storage.Retracter): the
+// key is this upload's alone, so no record can name it. An object at a
+// declared hash's address is never retracted (another create may record
+// it); nor is anything when Publish kept the blob's recorded object.
+func (u *upload) Retract() error {
+	if !u.written || u.expected != "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), cleanupTimeout)
+	defer cancel()
+	if err := u.s.Remove(ctx, blob.Ref{Hash: u.hash, Key: u.Key()}); err != nil {
+		return fmt.Errorf("s3blob: retract %s: %w", u.s.keyName(u.key), err)
+	}
+	u.written = false
+	return nil
+}
+
 func (u *upload) releaseBuffers() {
 	putBuf(u.buf)
 	for _, b := range u.free {

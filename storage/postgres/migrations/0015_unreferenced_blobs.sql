@@ -1,0 +1,13 @@
+-- 0015: blobs left without a reference, until their bytes are removed.
+--
+-- The transaction that drops a blob's last reference now keeps its row
+-- with refs 0 and removes the bytes only after it has committed (issue 37:
+-- bytes removed before a COMMIT that then failed left the asset without
+-- them). The maintenance pass finds the rows whose removal did not happen
+-- (a crash, an unknown commit outcome, the blob store down) by this index.
+--
+-- Expand only: a gateway of the previous release deletes the row in the
+-- transaction that takes it to zero, as before, and one that finds a row
+-- with refs 0 takes it over as it would any row (its object left to the
+-- orphan sweep if it publishes its own).
+CREATE INDEX blobs_unreferenced ON blobs (hash) WHERE refs = 0;
