@@ -7,8 +7,9 @@
 // (the owner's API key, or anyone on the public demo) and answers the
 // deployment's state (a ready deployment whose pool has no worker taking
 // jobs refuses only what needs one: deployments.NeedOf); comfy_jobs and
-// comfy_assets then work inside the deployment. Resolution is a handler rather than an app option so that one
-// gateway can serve deployment sites beside self-hosted or cloud ones.
+// comfy_assets then work inside the deployment. Resolution is a handler
+// rather than an app option so that one gateway can serve deployment sites
+// beside self-hosted or cloud ones.
 package comfydeployment
 
 import (
