@@ -122,11 +122,12 @@ func RateLimited(retryAfter int) *apierr.Error {
 }
 
 // StateError is what a request to a deployment in state gets once the
-// caller is admitted: nil for ready with a healthy pool.
-func StateError(state string, poolReady bool, retryAfter int) error {
+// caller is admitted: nil for ready when its pool serves the request
+// (served: a worker takes jobs, or storage serves it).
+func StateError(state string, served bool, retryAfter int) error {
 	switch state {
 	case storage.DeploymentReady:
-		if poolReady {
+		if served {
 			return nil
 		}
 		return NotReady(retryAfter)

@@ -126,7 +126,10 @@ func TestAdmit(t *testing.T) {
 		{"another account's provisioning", Scope{Deployment: dep("provisioning", false), Found: true}, "other", "not_found", 404, 0},
 		{"provisioning", Scope{Deployment: dep("provisioning", false), Found: true, PoolReady: true, RetryAfter: 7}, "acme", "deployment_not_ready", 429, 7},
 		{"starting", Scope{Deployment: dep("starting", false), Found: true, PoolReady: true, RetryAfter: 3}, "acme", "deployment_not_ready", 429, 3},
-		{"ready without a healthy worker", Scope{Deployment: dep("ready", false), Found: true, RetryAfter: 3}, "acme", "deployment_not_ready", 429, 3},
+		{"ready without a healthy worker, a submit", Scope{Deployment: dep("ready", false), Found: true, Need: NeedWorker, RetryAfter: 3}, "acme", "deployment_not_ready", 429, 3},
+		{"ready without a healthy worker, a read", Scope{Deployment: dep("ready", false), Found: true, Need: NeedStorage, RetryAfter: 3}, "acme", "", 0, 0},
+		{"provisioning, a read", Scope{Deployment: dep("provisioning", false), Found: true, Need: NeedStorage, RetryAfter: 3}, "acme", "deployment_not_ready", 429, 3},
+		{"stopped without a worker, a read", Scope{Deployment: dep("stopped", false), Found: true, Need: NeedStorage}, "acme", "deployment_stopped", 422, 0},
 		{"stopped", Scope{Deployment: dep("stopped", false), Found: true, PoolReady: true}, "acme", "deployment_stopped", 422, 0},
 		{"ready", Scope{Deployment: dep("ready", false), Found: true, PoolReady: true}, "acme", "", 0, 0},
 		{"public, anyone", Scope{Deployment: dep("ready", true), Found: true, PoolReady: true}, "anyone", "", 0, 0},
@@ -150,6 +153,116 @@ func TestAdmit(t *testing.T) {
 				t.Errorf("status %d retry %d, want %d %d", e.Status, e.RetryAfter, c.status, c.retryAfer)
 			}
 		})
+	}
+}
+
+// TestNeedOf: at zero only a submit and a job's event stream may wait on
+// a worker; every other v2 route is served from storage, and what is not
+// under /api/v2 is not known to be.
+func TestNeedOf(t *testing.T) {
+	const id = "0b7f2c1e-5d3a-4f6b-9c8d-1e2f3a4b5c6d"
+	cases := []struct {
+		method, path string
+		need         Need
+		job          string
+	}{
+		{"POST", "/api/v2/jobs", NeedWorker, ""},
+		{"GET", "/api/v2/jobs/" + id + "/events", NeedJobProgress, id},
+		{"GET", "/api/v2/jobs", NeedStorage, ""},
+		{"GET", "/api/v2/jobs/" + id, NeedStorage, ""},
+		{"GET", "/api/v2/jobs/" + id + "/workflow", NeedStorage, ""},
+		{"POST", "/api/v2/jobs/" + id + "/cancel", NeedStorage, ""},
+		{"POST", "/api/v2/jobs/" + id + "/events", NeedStorage, ""}, // 405 from comfy_jobs
+		{"POST", "/api/v2/assets", NeedStorage, ""},
+		{"POST", "/api/v2/assets/from-hash", NeedStorage, ""},
+		{"GET", "/api/v2/assets/" + id, NeedStorage, ""},
+		{"GET", "/api/v2/assets/" + id + "/content", NeedStorage, ""},
+		{"HEAD", "/api/v2/assets/by-hash/blake3:00", NeedStorage, ""},
+		{"DELETE", "/api/v2/assets/" + id, NeedStorage, ""},
+		{"GET", "/api/v2/jobs/", NeedStorage, ""},
+		{"POST", "/prompt", NeedWorker, ""},
+		{"GET", "/", NeedWorker, ""},
+	}
+	for _, c := range cases {
+		need, job := NeedOf(c.method, c.path)
+		if need != c.need || job != c.job {
+			t.Errorf("NeedOf(%s %s) = %v %q, want %v %q", c.method, c.path, need, job, c.need, c.job)
+		}
+	}
+}
+
+func TestCanProgress(t *testing.T) {
+	cases := []struct {
+		status string
+		live   bool
+		want   bool
+	}{
+		{storage.JobSucceeded, false, true},
+		{storage.JobFailed, false, true},
+		{storage.JobCanceled, false, true},
+		{storage.JobExpired, false, true},
+		{storage.JobRunning, true, true}, // its worker drains: it finishes the job
+		{storage.JobCanceling, true, true},
+		{storage.JobRunning, false, false}, // its worker is gone
+		{storage.JobCanceling, false, false},
+		{storage.JobQueued, true, false}, // a draining worker takes no new job
+		{storage.JobQueued, false, false},
+	}
+	for _, c := range cases {
+		if got := CanProgress(c.status, c.live); got != c.want {
+			t.Errorf("CanProgress(%s, live %v) = %v, want %v", c.status, c.live, got, c.want)
+		}
+	}
+}
+
+// TestAdmitAtZero: a ready deployment whose pool takes no job serves what
+// storage holds and refuses, counting the demand once, only what needs a
+// worker: a submit, a stream of a job that cannot progress.
+func TestAdmitAtZero(t *testing.T) {
+	cases := []struct {
+		name     string
+		need     Need
+		progress bool
+		lookErr  error
+		code     string
+		demand   int
+	}{
+		{"a read", NeedStorage, false, nil, "", 0},
+		{"a submit", NeedWorker, false, nil, "deployment_not_ready", 1},
+		{"a stream of a job that can progress", NeedJobProgress, true, nil, "", 0},
+		{"a stream of a job that cannot", NeedJobProgress, false, nil, "deployment_not_ready", 1},
+		{"a stream whose job cannot be read", NeedJobProgress, false, apierr.Upstream(errors.New("db down")), "upstream_error", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			demand, asked := 0, ""
+			s := Scope{
+				Deployment: storage.Deployment{ID: "dep-1", AccountID: "acme", Pool: "gpu", State: storage.DeploymentReady},
+				Found:      true, Need: c.need, JobID: "job-1", RetryAfter: 5,
+				NoWorker: func() int { demand++; return 41 },
+				JobCanProgress: func(account, id string) (bool, error) {
+					asked = account + "/" + id
+					return c.progress, c.lookErr
+				},
+			}
+			err := s.Admit("acme")
+			if code(err) != c.code || demand != c.demand {
+				t.Fatalf("Admit = %v with %d demand recorded, want %q and %d", err, demand, c.code, c.demand)
+			}
+			if c.need == NeedJobProgress && asked != "acme/job-1" {
+				t.Errorf("the stream's job was looked up as %q", asked)
+			}
+			if e, ok := apierr.As(err); ok && e.Code == "deployment_not_ready" && e.RetryAfter != 41 {
+				t.Errorf("Retry-After %d, want the pool's 41", e.RetryAfter)
+			}
+		})
+	}
+	// With a worker taking jobs, nothing is looked up or counted.
+	s := Scope{Deployment: storage.Deployment{AccountID: "acme", State: storage.DeploymentReady}, Found: true, PoolReady: true,
+		Need: NeedJobProgress, NoWorker: func() int { t.Error("demand counted with a ready pool"); return 1 },
+		JobCanProgress: func(string, string) (bool, error) { t.Error("job looked up with a ready pool"); return false, nil }}
+	if err := s.Admit("acme"); err != nil {
+		t.Errorf("ready pool: %v", err)
 	}
 }
 

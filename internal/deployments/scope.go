@@ -34,13 +34,24 @@ type Scope struct {
 	// or "" when it had none (host addressing). Links keep it.
 	Mount string
 	// PoolReady reports whether the deployment's pool exists in this
-	// configuration and has a healthy worker.
+	// configuration and has a healthy worker that takes jobs.
 	PoolReady bool
+	// Need is what the request needs of the pool (NeedOf); JobID is the
+	// job of a NeedJobProgress stream.
+	Need  Need
+	JobID string
+	// JobCanProgress, when set, reports whether the account's job id in
+	// this deployment can progress without a new worker (CanProgress);
+	// true for a job it does not have, which the handler answers
+	// not_found. Admit asks it of a NeedJobProgress stream while the pool
+	// is not ready.
+	JobCanProgress func(account, id string) (bool, error)
 	// RetryAfter is the Retry-After of deployment_not_ready, in seconds.
 	RetryAfter int
-	// NoWorker, when set, is called when an admitted caller finds the
-	// ready deployment's pool without a worker: it records the demand (the
-	// pool's scale signal counts it) and returns the Retry-After to answer.
+	// NoWorker, when set, is called when an admitted caller's request
+	// needs a worker the ready deployment's pool does not have: it records
+	// the demand (the pool's scale signal counts it) and returns the
+	// Retry-After to answer.
 	NoWorker func() int
 	// Demo holds the public demo's caps; they apply when Public.
 	Demo Demo
@@ -59,17 +70,22 @@ func (s *Scope) Public() bool { return s.Found && s.Deployment.Public }
 // public demo) into the deployment, or returns the contract's answer:
 // not_found when the deployment does not exist or is another account's
 // (the two are one answer), then deployment_not_ready (429 + Retry-After)
-// while provisioning or starting or while its pool has no healthy worker,
-// deployment_stopped (422) once stopped, and on the public demo
+// while provisioning or starting, or while its pool has no worker taking
+// jobs for a request that needs one (see Need: what storage serves is
+// served), deployment_stopped (422) once stopped, and on the public demo
 // rate_limited (429 + Retry-After) for a client over its submit rate.
 func (s *Scope) Admit(account string) error {
 	if !s.Found || (!s.Deployment.Public && account != s.Deployment.AccountID) {
 		return NotFound()
 	}
-	if s.Deployment.State == storage.DeploymentReady && !s.PoolReady && s.NoWorker != nil {
+	served, err := s.served(account)
+	if err != nil {
+		return err
+	}
+	if s.Deployment.State == storage.DeploymentReady && !served && s.NoWorker != nil {
 		s.RetryAfter = s.NoWorker()
 	}
-	if err := StateError(s.Deployment.State, s.PoolReady, s.RetryAfter); err != nil {
+	if err := StateError(s.Deployment.State, served, s.RetryAfter); err != nil {
 		return err
 	}
 	if s.Public() && s.Submit && s.Demo.Rate != nil {
@@ -79,6 +95,25 @@ func (s *Scope) Admit(account string) error {
 	}
 	s.admitted = true
 	return nil
+}
+
+// served reports whether a ready deployment's pool, as it is, serves the
+// request: always while the pool takes jobs, and without a worker taking
+// jobs whatever storage serves. It looks nothing up for a deployment in
+// another state, which StateError answers whatever the pool.
+func (s *Scope) served(account string) (bool, error) {
+	if s.Deployment.State != storage.DeploymentReady || s.PoolReady {
+		return s.PoolReady, nil
+	}
+	switch s.Need {
+	case NeedStorage:
+		return true, nil
+	case NeedJobProgress:
+		if s.JobCanProgress != nil {
+			return s.JobCanProgress(account, s.JobID)
+		}
+	}
+	return false, nil
 }
 
 // Admitted reports whether Admit let the caller in. Handlers refuse to

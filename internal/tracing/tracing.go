@@ -155,6 +155,16 @@ func Fail(span trace.Span, err error) {
 	if e, ok := apierr.As(err); ok {
 		typ = e.Code
 	}
+	FailAs(span, typ)
+}
+
+// FailAs marks span failed with the error type typ (a bounded name: an
+// API error code, a router bucket), for a failure that is an answer
+// rather than a Go error: a router call answered with a partner's error.
+func FailAs(span trace.Span, typ string) {
+	if typ == "" || !span.IsRecording() {
+		return
+	}
 	span.SetAttributes(semconv.ErrorTypeKey.String(typ))
 	span.SetStatus(codes.Error, typ)
 }

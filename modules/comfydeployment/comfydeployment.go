@@ -5,15 +5,18 @@
 // while the links they build keep it — and puts the deployment's scope in
 // the request context. comfy_auth, which must follow it, admits the caller
 // (the owner's API key, or anyone on the public demo) and answers the
-// deployment's state; comfy_jobs and comfy_assets then work inside the
-// deployment. Resolution is a handler rather than an app option so that one
-// gateway can serve deployment sites beside self-hosted or cloud ones.
+// deployment's state (a ready deployment whose pool has no worker taking
+// jobs refuses only what needs one: deployments.NeedOf); comfy_jobs and
+// comfy_assets then work inside the deployment. Resolution is a handler
+// rather than an app option so that one gateway can serve deployment sites
+// beside self-hosted or cloud ones.
 package comfydeployment
 
 import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/modules/comfygate"
@@ -162,9 +166,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if mount != "" {
 		stripPrefix(r, mount)
 	}
+	need, jobID := deployments.NeedOf(r.Method, r.URL.Path)
 	scope := &deployments.Scope{
 		ID: id, Deployment: d, Found: found, Mount: mount,
 		PoolReady:  found && h.app.PoolReady(d.Pool),
+		Need:       need,
+		JobID:      jobID,
 		RetryAfter: int(time.Duration(h.RetryAfter).Seconds()),
 		Demo:       h.demo,
 		ClientIP:   clientIP(r),
@@ -172,10 +179,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if found && !scope.PoolReady {
 		scope.NoWorker = func() int { return h.app.RecordDemand(r.Context(), d.Pool, time.Duration(h.RetryAfter)) }
+		scope.JobCanProgress = func(account, job string) (bool, error) { return h.jobCanProgress(r, d, account, job) }
 	}
 	comfygate.SetPlaceholder(r, comfygate.PlaceholderDeployment, id)
 	ctx := httpx.WithMount(deployments.WithScope(r.Context(), scope), mount)
 	return next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// jobCanProgress reports whether the account's job in deployment d can
+// progress on its pool as it is (deployments.CanProgress); a job the
+// deployment does not have is left to the handler to answer not_found.
+func (h *Handler) jobCanProgress(r *http.Request, d storage.Deployment, account, id string) (bool, error) {
+	svc := h.app.Jobs(d.Pool)
+	svc.Config.Deployment = d.ID
+	j, err := svc.Get(r.Context(), account, id)
+	if e, ok := apierr.As(err); ok && e.Status == http.StatusNotFound {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return deployments.CanProgress(j.Status, h.liveWorker(d.Pool)), nil
+}
+
+// liveWorker reports whether pool has a healthy worker, draining ones
+// included: a draining worker still ends the jobs it runs.
+func (h *Handler) liveWorker(pool string) bool {
+	for _, st := range h.app.PoolStates() {
+		if st.Name == pool {
+			return slices.ContainsFunc(st.Workers, func(w comfyui.WorkerState) bool { return w.Healthy })
+		}
+	}
+	return false
 }
 
 // stripPrefix removes the mount prefix from the request's path (and its

@@ -17,7 +17,9 @@ import (
 // log_append lines and a deferred header directive name
 // {comfygate.account}, {comfygate.job_id} and {comfygate.deployment}
 // names the account and the job each request served, on the v2 API and on
-// ComfyUI's (POST /prompt, GET /history/<id>).
+// ComfyUI's (POST /prompt, GET /history/<id>). A request that sets neither
+// (a 401) is logged with both fields null and the header's placeholder
+// text unchanged, as docs/observability.md says (issue 40).
 func TestAccessLogPlaceholders(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -93,26 +95,55 @@ http://:{PORT} {
 		t.Errorf("GET /history/<id>: X-Comfygate-Job = %q, want %s", got, promptID)
 	}
 
-	// Each request's access log line names the account and its job.
+	// Nothing sets the placeholders on a request refused before comfy_auth
+	// knew an account.
+	anon := gateway.Do(t, http.MethodGet, g.URL+"/api/v2/jobs", nil, nil)
+	if anon.Status != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated: %d %s", anon.Status, anon.Body)
+	}
+	if got := anon.Header.Get("X-Comfygate-Account"); got != "{comfygate.account}" {
+		t.Errorf("401: X-Comfygate-Account = %q, want the placeholder's text unchanged", got)
+	}
+
+	// Each request's access log line names the account and its job; the
+	// 401's has both fields, null.
 	want := map[string]int{id: 2, promptID: 2}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lines := readAccessLog(t, accessLog)
-		named := map[string]int{}
+		named, unset := map[string]int{}, 0
 		for _, l := range lines {
 			if job, ok := l["job_id"].(string); ok && l["account"] == "acct-tracing" {
 				named[job]++
 			}
+			req, _ := l["request"].(map[string]any)
+			if l["status"] == float64(http.StatusUnauthorized) && req["uri"] == "/api/v2/jobs" &&
+				isNull(l, "account") && isNull(l, "job_id") {
+				unset++
+			}
 		}
-		if named[id] >= want[id] && named[promptID] >= want[promptID] {
-			return
+		if named[id] >= want[id] && named[promptID] >= want[promptID] && unset == 1 {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("want access log lines naming account acct-tracing: 2 for job %s and 2 for prompt %s; got %v of %d lines:\n%v",
-				id, promptID, named, len(lines), lines)
+			t.Fatalf("want access log lines naming account acct-tracing: 2 for job %s and 2 for prompt %s, and one 401 with "+
+				"both fields null; got %v and %d of %d lines:\n%v", id, promptID, named, unset, len(lines), lines)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	docs, err := os.ReadFile(filepath.Join(gateway.RepoRoot(t), "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim := "`\"account\": null, \"job_id\": null`"; !bytes.Contains(docs, []byte(claim)) {
+		t.Errorf("docs/observability.md no longer shows what the log writes for unset placeholders (%s)", claim)
+	}
+}
+
+// isNull reports whether the log line has the field key, as JSON null.
+func isNull(line map[string]any, key string) bool {
+	v, ok := line[key]
+	return ok && v == nil
 }
 
 func readAccessLog(t *testing.T, path string) []map[string]any {

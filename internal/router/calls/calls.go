@@ -41,7 +41,7 @@ const (
 	BucketConcurrency        = "concurrency_limit_exceeded"
 	BucketRateLimited        = "rate_limited"
 	BucketInsufficient       = "insufficient_credits"
-	BucketServiceUnavailable = "service_unavailable"
+	BucketServiceUnavailable = provider.BucketServiceUnavailable
 	BucketInternal           = "internal_error"
 	BucketDeadline           = "deadline_exceeded"
 	BucketClientDisconnected = "client_disconnected"
@@ -253,6 +253,11 @@ func (s *Service) Call(ctx context.Context, req Request) (resp *Response, err er
 				n++
 			}
 			span.SetAttributes(attrs[:n]...)
+		}
+		if err == nil && resp != nil {
+			// An answer with a bucket (the partner's error, a refused
+			// or empty output, a replay of one) is a failed call too.
+			tracing.FailAs(span, resp.Bucket)
 		}
 		tracing.End(span, &err)
 	}()

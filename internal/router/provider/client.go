@@ -185,12 +185,13 @@ type Answer struct {
 
 // Do sends one request to rawURL with the model's credential and reads the
 // answer (bounded). Client headers in `in` are filtered by outboundHeader.
-func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (_ *Answer, err error) {
+func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string, body []byte, in http.Header) (a *Answer, err error) {
 	// The span's attributes are set once, at its end (one allocation).
 	ctx, span := tracing.Start(ctx, "router.partner_request", clientSpan)
 	host, status := "", 0
 	defer func() {
 		if span.IsRecording() {
+			tracing.FailAs(span, failureBucket(m, a, err))
 			attrs := [4]attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.GenAIRequestModel(m.ID)}
 			n := 2
 			if host != "" {
@@ -203,7 +204,7 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 			}
 			span.SetAttributes(attrs[:n]...)
 		}
-		tracing.End(span, &err)
+		span.End()
 	}()
 	var rd io.Reader
 	if body != nil {
@@ -241,6 +242,27 @@ func (c *Client) Do(ctx context.Context, m *catalog.Model, method, rawURL string
 		return nil, err
 	}
 	return &Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: data, Header: resp.Header}, nil
+}
+
+// failureBucket is the bucket of a failed partner request, "" for one
+// the partner answered below 400: an error answer's classification (the
+// bucket the call would end with on it), provider_timeout for a request
+// that timed out, service_unavailable when the answer found no room in
+// the response budget, and provider_error for any other failure to send
+// the request or read its answer.
+func failureBucket(m *catalog.Model, a *Answer, err error) string {
+	var ne net.Error
+	switch {
+	case err == nil && a != nil && a.Status >= 400:
+		return Classify(m, a).Bucket
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrResponseBudget):
+		return BucketServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return BucketProviderTimout
+	}
+	return BucketProviderError
 }
 
 // clientSpan is the partner request span's kind, a start option allocated once.

@@ -20,12 +20,15 @@ import (
 	"github.com/comfygate/comfygate/internal/router/catalog"
 )
 
-// Buckets produced by classification ("" is success).
+// Buckets of partner outcomes ("" is success): what classification
+// produces, and service_unavailable for an answer the router had no room
+// to read (ErrResponseBudget).
 const (
-	BucketInvalidInput   = "invalid_input"
-	BucketContentPolicy  = "content_policy_violation"
-	BucketProviderError  = "provider_error"
-	BucketProviderTimout = "provider_timeout"
+	BucketInvalidInput       = "invalid_input"
+	BucketContentPolicy      = "content_policy_violation"
+	BucketProviderError      = "provider_error"
+	BucketProviderTimout     = "provider_timeout"
+	BucketServiceUnavailable = "service_unavailable"
 )
 
 // Outcome is a partner's final answer in router terms.

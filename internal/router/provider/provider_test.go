@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -136,5 +137,41 @@ func TestClassify(t *testing.T) {
 				t.Errorf("error body %s", o.Body)
 			}
 		})
+	}
+}
+
+// timeoutErr is a net.Error that timed out, as the transport's are.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// TestFailureBucket: the bucket a failed partner request's span carries.
+func TestFailureBucket(t *testing.T) {
+	m := testModel("https://partner.test/v1")
+	answer := func(status int, body string) *Answer {
+		return &Answer{Status: status, ContentType: "application/json", Body: []byte(body), Header: http.Header{}}
+	}
+	for _, c := range []struct {
+		name string
+		a    *Answer
+		err  error
+		want string
+	}{
+		{"200", answer(200, `{"images":[{"url":"x"}]}`), nil, ""},
+		{"202 accepted", answer(202, `{"request_id":"r"}`), nil, ""},
+		{"500", answer(500, `{"error":"boom"}`), nil, BucketProviderError},
+		{"504", answer(504, `{}`), nil, BucketProviderTimout},
+		{"422 detail", answer(422, `{"detail":[{"type":"less_than_equal"}]}`), nil, BucketInvalidInput},
+		{"400 policy", answer(400, `{"error":{"code":"content_policy_violation"}}`), nil, BucketContentPolicy},
+		{"refused dial", nil, errors.New("connection refused"), BucketProviderError},
+		{"transport timeout", nil, fmt.Errorf("provider: POST x: %w", timeoutErr{}), BucketProviderTimout},
+		{"deadline", nil, fmt.Errorf("read: %w", context.DeadlineExceeded), BucketProviderTimout},
+		{"budget", nil, fmt.Errorf("read: %w", ErrResponseBudget), BucketServiceUnavailable},
+	} {
+		if got := failureBucket(m, c.a, c.err); got != c.want {
+			t.Errorf("%s: failureBucket = %q, want %q", c.name, got, c.want)
+		}
 	}
 }
