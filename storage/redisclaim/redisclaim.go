@@ -9,6 +9,7 @@ package redisclaim
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -70,23 +71,63 @@ func (s *Store) Key(scope, key string) string {
 // Claim takes scope/key for ttl with SET NX PX; false means someone holds it.
 // ttl must be positive: a claim that never expires would lock a key forever
 // after a crash.
+//
+// The claim's value is a token of this call's own, because the SET's
+// answer can be lost after Redis ran it (a connection cut, a failover):
+// the client then sends it again, and the retry finds the key taken by
+// this very call. A claim found held is therefore read back, and the call
+// holds it when the value is its token. When no answer comes at all, the
+// call removes its own claim again (only if it is still its token), so
+// that a failed request does not leave its key taken for a day with
+// nothing under it.
 func (s *Store) Claim(ctx context.Context, scope, key string, ttl time.Duration) (bool, error) {
 	if ttl <= 0 {
 		return false, fmt.Errorf("redisclaim: claim %s: ttl %v must be positive", scope, ttl)
 	}
-	// SET key 1 PX ttl NX: atomic test-and-take with the expiry attached,
-	// so a crash between taking and expiring cannot leave a permanent key.
+	// SET key token PX ttl NX: atomic test-and-take with the expiry
+	// attached, so a crash between taking and expiring cannot leave a
+	// permanent key.
 	ms := max(ttl.Milliseconds(), 1)
-	cmd := redis.NewBoolCmd(ctx, "set", s.Key(scope, key), "1", "px", ms, "nx")
+	k, token := s.Key(scope, key), newToken()
+	cmd := redis.NewBoolCmd(ctx, "set", k, token, "px", ms, "nx")
 	if err := s.pipe.Do(ctx, cmd); err != nil {
 		// cmd may still be in a running pipeline: leave it alone.
 		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
 	}
 	ok, err := cmd.Result()
 	if err != nil {
+		s.dropOwn(ctx, k, token)
 		return false, fmt.Errorf("redisclaim: claim %s: %w", scope, err)
 	}
+	if !ok {
+		held, err := s.pipe.Client().Get(ctx, k).Result()
+		if err == nil && held == token {
+			return true, nil // this call's own SET, answered the second time
+		}
+	}
 	return ok, nil
+}
+
+// dropOwnScript deletes KEYS[1] only while its value is ARGV[1].
+var dropOwnScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+
+// dropOwn removes a claim this call may have taken without learning it,
+// on a context of its own (the request's may be what ended). Its failure
+// leaves the claim to its expiry.
+func (s *Store) dropOwn(ctx context.Context, k, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropOwnTimeout)
+	defer cancel()
+	_ = dropOwnScript.Run(ctx, s.pipe.Client(), []string{k}, token).Err()
+}
+
+// dropOwnTimeout bounds dropOwn.
+const dropOwnTimeout = 3 * time.Second
+
+// newToken is a claim's value: 128 random bits.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // Release frees scope/key. Releasing a key nobody holds is not an error.
