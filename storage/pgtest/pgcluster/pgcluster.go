@@ -126,7 +126,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		// would block every commit.
 		c.Primary.extra = []string{"-c", "synchronous_standby_names=*"}
 	}
-	if err := c.Primary.Start(); err != nil {
+	if err := c.Primary.firstStart(t); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
 	from := c.Primary.Addr()
@@ -141,7 +141,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
 		t.Fatalf("pgcluster: pg_basebackup: %v\n%s", err, out)
 	}
-	if err := c.Standby.Start(); err != nil {
+	if err := c.Standby.firstStart(t); err != nil {
 		t.Fatalf("pgcluster: %v", err)
 	}
 	if err := c.WaitStreaming(30 * time.Second); err != nil {
@@ -175,6 +175,20 @@ func (n *Node) Start() error {
 	}
 	n.running = true
 	return nil
+}
+
+// firstStart starts the node for the first time, on another free port
+// when its own was taken meanwhile (freePort's port is free only when it
+// is picked: another test's server can bind it before this one starts).
+func (n *Node) firstStart(t testing.TB) error {
+	var err error
+	for range 5 {
+		if err = n.Start(); err == nil || !strings.Contains(err.Error(), "Address already in use") {
+			return err
+		}
+		n.Port = freePort(t)
+	}
+	return err
 }
 
 // Stop stops the node with pg_ctl's mode: "fast" (clients cut, a clean
