@@ -69,7 +69,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !h.app.HasPool(h.Pool) {
 		return fmt.Errorf("comfy_native: no pool named %q in the comfygate app", h.Pool)
 	}
-	h.sockets = newSockets(h.app.MaxStreams())
+	h.sockets = newSockets(h.app.Streams())
 	// Sockets end when this configuration stops, as its requests would.
 	go func() {
 		select {
