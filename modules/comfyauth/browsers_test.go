@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/storage"
 )
 
 // TestBrowsersCaddyfile: allow_origin in every mode (repeatable, several
@@ -71,6 +73,12 @@ func TestBrowsersProvision(t *testing.T) {
 func TestBrowsersServe(t *testing.T) {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	defer cancel()
+	// live is a ready deployment of the local account, as comfy_deployment
+	// resolves it by host (no mount) or by prefix.
+	live := func(mount string) *deployments.Scope {
+		return &deployments.Scope{ID: "live", Found: true, PoolReady: true, Mount: mount,
+			Deployment: storage.Deployment{ID: "live", AccountID: "local", State: storage.DeploymentReady}}
+	}
 	none := &Handler{Mode: ModeNone, AllowOrigins: []string{"https://app.example.com"}, AllowHosts: []string{"gpu.lan"}}
 	token := &Handler{Mode: ModeStaticToken, Token: "s3cret"}
 	for _, h := range []*Handler{none, token} {
@@ -84,26 +92,34 @@ func TestBrowsersServe(t *testing.T) {
 		method string
 		host   string
 		header map[string]string
-		status int // 0: passed to next; else the answer or refusal
+		scope  *deployments.Scope // comfy_deployment's, when set
+		status int                // 0: passed to next; else the answer or refusal
 	}{
-		{"curl", none, "POST", "127.0.0.1:8189", nil, 0},
-		{"localhost", none, "POST", "localhost:8189", nil, 0},
-		{"an allowed name", none, "POST", "gpu.lan:8189", nil, 0},
-		{"same origin", none, "POST", "localhost:8189", map[string]string{"Origin": "http://localhost:8189", "Sec-Fetch-Site": "same-origin"}, 0},
-		{"cross-site text/plain", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, 403},
-		{"Origin null", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "null"}, 403},
-		{"rebinding Host", none, "POST", "evil.example:8189", map[string]string{"Origin": "http://evil.example:8189", "Sec-Fetch-Site": "same-origin"}, 403},
-		{"rebinding Host, GET", none, "GET", "evil.example:8189", map[string]string{"Sec-Fetch-Site": "same-origin"}, 403},
-		{"allowed origin", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "https://app.example.com", "Sec-Fetch-Site": "cross-site"}, 0},
-		{"allowed origin's preflight", none, "OPTIONS", "127.0.0.1:8189", map[string]string{"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"}, 204},
-		{"foreign preflight", none, "OPTIONS", "127.0.0.1:8189", map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, 403},
-		{"token: any Host", token, "POST", "api.example.com", map[string]string{"Authorization": "Bearer s3cret"}, 0},
-		{"token: cross-site refused before the credential", token, "POST", "api.example.com", map[string]string{"Authorization": "Bearer s3cret", "Origin": "https://evil.example"}, 403},
+		{"curl", none, "POST", "127.0.0.1:8189", nil, nil, 0},
+		{"localhost", none, "POST", "localhost:8189", nil, nil, 0},
+		{"an allowed name", none, "POST", "gpu.lan:8189", nil, nil, 0},
+		{"same origin", none, "POST", "localhost:8189", map[string]string{"Origin": "http://localhost:8189", "Sec-Fetch-Site": "same-origin"}, nil, 0},
+		{"cross-site text/plain", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, nil, 403},
+		{"Origin null", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "null"}, nil, 403},
+		{"rebinding Host", none, "POST", "evil.example:8189", map[string]string{"Origin": "http://evil.example:8189", "Sec-Fetch-Site": "same-origin"}, nil, 403},
+		{"rebinding Host, GET", none, "GET", "evil.example:8189", map[string]string{"Sec-Fetch-Site": "same-origin"}, nil, 403},
+		{"allowed origin", none, "POST", "127.0.0.1:8189", map[string]string{"Origin": "https://app.example.com", "Sec-Fetch-Site": "cross-site"}, nil, 0},
+		{"allowed origin's preflight", none, "OPTIONS", "127.0.0.1:8189", map[string]string{"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"}, nil, 204},
+		{"foreign preflight", none, "OPTIONS", "127.0.0.1:8189", map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}, nil, 403},
+		{"token: any Host", token, "POST", "api.example.com", map[string]string{"Authorization": "Bearer s3cret"}, nil, 0},
+		{"a deployment's own host", none, "POST", "live.run.example.com", nil, live(""), 0},
+		{"a deployment's own host, cross-site", none, "POST", "live.run.example.com", map[string]string{"Origin": "https://evil.example"}, live(""), 403},
+		{"a deployment by prefix: Host checked", none, "POST", "evil.example:8189", nil, live("/deployment/live"), 403},
+		{"a deployment by prefix at 127.0.0.1", none, "POST", "127.0.0.1:8189", nil, live("/deployment/live"), 0},
+		{"token: cross-site refused before the credential", token, "POST", "api.example.com", map[string]string{"Authorization": "Bearer s3cret", "Origin": "https://evil.example"}, nil, 403},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, "/api/v2/jobs", nil)
 			r.Host = tc.host
+			if tc.scope != nil {
+				r = r.WithContext(deployments.WithScope(r.Context(), tc.scope))
+			}
 			for k, v := range tc.header {
 				r.Header.Set(k, v)
 			}

@@ -66,11 +66,14 @@ type Handler struct {
 	// none.
 	AllowHosts []string `json:"allow_hosts,omitempty"`
 
-	app         *comfygate.App
-	browsers    *browsersafe.Policy
-	tokenDigest [sha256.Size]byte
-	verifier    *jwtauth.Verifier
-	logger      *zap.Logger
+	app      *comfygate.App
+	browsers *browsersafe.Policy
+	// deploymentHost is browsers without the Host check, for a request
+	// comfy_deployment resolved by its host name.
+	deploymentHost *browsersafe.Policy
+	tokenDigest    [sha256.Size]byte
+	verifier       *jwtauth.Verifier
+	logger         *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -98,6 +101,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("comfy_auth: %w", err)
 	}
 	h.browsers = browsers
+	// A deployment's own host (<id>.<domain>) is a name comfy_deployment
+	// was configured with: no Host check there.
+	if h.deploymentHost, err = browsersafe.New(browsersafe.Config{AllowOrigins: h.AllowOrigins}); err != nil {
+		return fmt.Errorf("comfy_auth: %w", err)
+	}
 	if h.Mode == ModeJWT {
 		return h.provisionJWT()
 	}
@@ -139,14 +147,18 @@ func (h *Handler) Validate() error {
 // the public demo takes anyone as its owner account without looking at
 // credentials; any other deployment only its owner (see deployments.Scope).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if handled, err := h.browsers.Serve(w, r); handled || err != nil {
+	scope, scoped := deployments.From(r.Context())
+	browsers := h.browsers
+	if scoped && scope.Mount == "" {
+		browsers = h.deploymentHost
+	}
+	if handled, err := browsers.Serve(w, r); handled || err != nil {
 		if err != nil {
 			h.logger.Debug("browser request refused", zap.String("host", r.Host), zap.String("origin", r.Header.Get("Origin")),
 				zap.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
 		}
 		return err
 	}
-	scope, scoped := deployments.From(r.Context())
 	var p principal.Principal
 	var err error
 	if scoped && scope.Public() {

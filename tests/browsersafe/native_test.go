@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -141,7 +139,7 @@ func TestComfyUIFrontAllowedOrigin(t *testing.T) {
 // and serves the clients that send the key.
 func TestComfyUICompatibleExample(t *testing.T) {
 	t.Parallel()
-	g := gateway.Start(t, example(t, "comfyui-compatible.Caddyfile"), gateway.Options{})
+	g := gateway.Start(t, gateway.Example(t, "comfyui-compatible.Caddyfile"), gateway.Options{})
 	key := gateway.CreateAPIKey(t, g, "browser-a")
 	plain := headers{"Content-Type": "text/plain"}
 	bearer := headers{"Authorization": "Bearer " + key, "Content-Type": "application/json"}
@@ -160,15 +158,4 @@ func TestComfyUICompatibleExample(t *testing.T) {
 	if st := dialSocket(t, g.URL+"/ws?clientId=ok&token="+key, nil); st != http.StatusSwitchingProtocols {
 		t.Errorf("client socket: handshake %d, want 101", st)
 	}
-}
-
-// example is caddyfile-examples/<name> moved to {PORT}, admin off.
-func example(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(gateway.RepoRoot(t), "caddyfile-examples", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.ReplaceAll(string(b), ":8189", ":{PORT}")
-	return strings.Replace(cfg, "{\n", "{\n\tadmin off\n", 1)
 }
