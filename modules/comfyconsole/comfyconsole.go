@@ -92,8 +92,9 @@ func (h *Handler) Validate() error {
 // ServeHTTP serves the page's files, or the API to a caller with the
 // credential.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	// The page calls only its own origin; nothing else's pages may write
-	// here (the console reads only, but the rule is the gateway's).
+	// The console's page calls its own origin only; a page of another
+	// origin may not write here (the console only reads, but the rule is
+	// the gateway's, as comfy_auth applies it).
 	if err := sameOriginOnly.Check(r); err != nil {
 		return err
 	}
