@@ -13,10 +13,18 @@ func init() {
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
-//	comfy_auth none [<account>]
-//	comfy_auth static_token <token> [<account>] [{ query_param <name> }]
-//	comfy_auth api_keys [{ query_param <name> }]
-//	comfy_auth jwt { … }   (see unmarshalJWT)
+//	comfy_auth none [<account>] [{
+//		allow_origin <origin...>
+//		allow_host <name...>
+//	}]
+//	comfy_auth static_token <token> [<account>] [{
+//		query_param <name>
+//		allow_origin <origin...>
+//	}]
+//	comfy_auth api_keys [{ query_param <name>; allow_origin <origin...> }]
+//	comfy_auth jwt { … }   (see unmarshalJWT; allow_origin too)
+//
+// allow_origin and allow_host may repeat.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if !d.NextArg() {
@@ -49,8 +57,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	for d.NextBlock(0) {
-		if h.Mode == ModeNone || d.Val() != "query_param" {
-			return d.Errf("comfy_auth %s: unknown option %q", h.Mode, d.Val())
+		opt := d.Val()
+		if ok, err := h.unmarshalBrowserOption(d, opt); ok || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if h.Mode == ModeNone || opt != "query_param" {
+			return d.Errf("comfy_auth %s: unknown option %q", h.Mode, opt)
 		}
 		if !d.NextArg() {
 			return d.ArgErr()
@@ -61,6 +76,26 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// unmarshalBrowserOption parses allow_origin (every mode) and allow_host
+// (mode none) into h; ok is false for any other option.
+func (h *Handler) unmarshalBrowserOption(d *caddyfile.Dispenser, opt string) (ok bool, err error) {
+	var into *[]string
+	switch {
+	case opt == "allow_origin":
+		into = &h.AllowOrigins
+	case opt == "allow_host" && h.Mode == ModeNone:
+		into = &h.AllowHosts
+	default:
+		return false, nil
+	}
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return true, d.ArgErr()
+	}
+	*into = append(*into, args...)
+	return true, nil
 }
 
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/apikey"
+	"github.com/comfygate/comfygate/internal/browsersafe"
 	"github.com/comfygate/comfygate/internal/deployments"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/jwtauth"
@@ -54,11 +55,25 @@ type Handler struct {
 	// read; access logs record the URI as received, so filter it there
 	// (see docs/security.md, "What is logged").
 	QueryParam string `json:"query_param,omitempty"`
+	// AllowOrigins are the origins (scheme://host[:port]) of the web pages
+	// that may call this route across origins: their state-changing
+	// requests are served, their CORS preflights answered. Every other
+	// page's are refused 403 (see internal/browsersafe). Default: none.
+	AllowOrigins []string `json:"allow_origins,omitempty"`
+	// AllowHosts (mode none only) are the host names, beside IP addresses
+	// and localhost, that a request may name in Host: a route without
+	// authentication refuses every other name (DNS rebinding). Default:
+	// none.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 
-	app         *comfygate.App
-	tokenDigest [sha256.Size]byte
-	verifier    *jwtauth.Verifier
-	logger      *zap.Logger
+	app      *comfygate.App
+	browsers *browsersafe.Policy
+	// deploymentHost is browsers without the Host check, for a request
+	// comfy_deployment resolved by its host name.
+	deploymentHost *browsersafe.Policy
+	tokenDigest    [sha256.Size]byte
+	verifier       *jwtauth.Verifier
+	logger         *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -80,6 +95,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.Token = caddy.NewReplacer().ReplaceKnown(h.Token, "")
 	h.tokenDigest = sha256.Sum256([]byte(h.Token))
+	browsers, err := browsersafe.New(browsersafe.Config{AllowOrigins: h.AllowOrigins,
+		CheckHost: h.Mode == ModeNone, AllowHosts: h.AllowHosts})
+	if err != nil {
+		return fmt.Errorf("comfy_auth: %w", err)
+	}
+	h.browsers = browsers
+	// A deployment's own host (<id>.<domain>) is a name comfy_deployment
+	// was configured with: no Host check there.
+	if h.deploymentHost, err = browsersafe.New(browsersafe.Config{AllowOrigins: h.AllowOrigins}); err != nil {
+		return fmt.Errorf("comfy_auth: %w", err)
+	}
 	if h.Mode == ModeJWT {
 		return h.provisionJWT()
 	}
@@ -107,15 +133,32 @@ func (h *Handler) Validate() error {
 	if h.QueryParam != "" && h.Mode != ModeStaticToken && h.Mode != ModeAPIKeys {
 		return errors.New("comfy_auth: query_param applies to static_token and api_keys only")
 	}
+	if len(h.AllowHosts) > 0 && h.Mode != ModeNone {
+		return errors.New("comfy_auth: allow_host applies to mode none only (the others authenticate every request)")
+	}
 	return nil
 }
 
-// ServeHTTP authenticates and calls next with the principal set. On a
+// ServeHTTP applies the browser policy (cross-origin writes, CORS, and
+// without authentication the Host), authenticates and calls next with the
+// principal set. Every handler that changes state needs comfy_auth before
+// it (RequireBefore), so no route can serve a write without the policy. On a
 // deployment that comfy_deployment resolved, it then admits the caller:
 // the public demo takes anyone as its owner account without looking at
 // credentials; any other deployment only its owner (see deployments.Scope).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	scope, scoped := deployments.From(r.Context())
+	browsers := h.browsers
+	if scoped && scope.Mount == "" {
+		browsers = h.deploymentHost
+	}
+	if handled, err := browsers.Serve(w, r); handled || err != nil {
+		if err != nil {
+			h.logger.Debug("browser request refused", zap.String("host", r.Host), zap.String("origin", r.Header.Get("Origin")),
+				zap.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
+		}
+		return err
+	}
 	var p principal.Principal
 	var err error
 	if scoped && scope.Public() {

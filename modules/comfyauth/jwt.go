@@ -80,11 +80,18 @@ func (h *Handler) authenticateJWT(r *http.Request) (principal.Principal, error) 
 //		entitlements_claim <name>
 //		enabled_claim <name>
 //		require_enabled_claim
+//		allow_origin <origin...>
 //	}
 func (h *Handler) unmarshalJWT(d *caddyfile.Dispenser) error {
 	h.JWT = &jwtauth.Config{}
 	for d.NextBlock(0) {
 		opt := d.Val()
+		if ok, err := h.unmarshalBrowserOption(d, opt); ok || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		args := d.RemainingArgs()
 		switch opt {
 		case "key":

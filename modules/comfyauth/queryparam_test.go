@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/browsersafe"
 	"github.com/comfygate/comfygate/internal/principal"
 )
 
@@ -17,7 +18,8 @@ import (
 // (only without an Authorization header) and is removed from the request
 // the next handler sees.
 func TestQueryParam(t *testing.T) {
-	h := &Handler{Mode: ModeStaticToken, Token: "s3cret", Account: "local", QueryParam: "token", logger: zap.NewNop()}
+	h := &Handler{Mode: ModeStaticToken, Token: "s3cret", Account: "local", QueryParam: "token", logger: zap.NewNop(),
+		browsers: &browsersafe.Policy{}}
 	h.tokenDigest = sha256.Sum256([]byte(h.Token))
 	tests := []struct {
 		name, target, auth string

@@ -23,6 +23,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/apikey"
+	"github.com/comfygate/comfygate/internal/browsersafe"
 	"github.com/comfygate/comfygate/modules/comfygate"
 )
 
@@ -91,6 +92,12 @@ func (h *Handler) Validate() error {
 // ServeHTTP serves the page's files, or the API to a caller with the
 // credential.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	// The console's page calls its own origin only; a page of another
+	// origin may not write here (the console only reads, but the rule is
+	// the gateway's, as comfy_auth applies it).
+	if err := sameOriginOnly.Check(r); err != nil {
+		return err
+	}
 	rest, isAPI := strings.CutPrefix(r.URL.Path, "/api/")
 	if !isAPI {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -146,6 +153,11 @@ func (h *Handler) authorize(r *http.Request) error {
 	}
 	return nil
 }
+
+// sameOriginOnly is the browser policy with no allowed origin. The
+// console needs a credential for every answer with data, so it has no
+// Host check: a rebound name gets no further than the credential.
+var sameOriginOnly browsersafe.Policy
 
 // Interface guards
 var (

@@ -22,6 +22,7 @@ import (
 
 	"github.com/comfygate/comfygate/internal/assets"
 	"github.com/comfygate/comfygate/internal/metrics"
+	"github.com/comfygate/comfygate/internal/streamlimit"
 	"github.com/comfygate/comfygate/internal/tracing"
 	"github.com/comfygate/comfygate/internal/version"
 	"github.com/comfygate/comfygate/storage"
@@ -81,6 +82,7 @@ type App struct {
 	poolKeys    []string
 	stopping    chan struct{}
 	stopOnce    *sync.Once
+	streams     *streamlimit.Limiter
 	cancel      context.CancelFunc
 	// cancelRuns and runCtx govern running attempts (see Start).
 	cancelRuns context.CancelFunc
@@ -125,6 +127,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
 	a.applyDefaults()
+	a.streams = streamlimit.New(a.JobsConfig.MaxStreams)
 	if a.Tracing {
 		release, err := tracing.Enable(ctx, "comfygate", version.Read().Version)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/streamlimit"
 	"github.com/comfygate/comfygate/internal/workflow"
 )
 
@@ -32,8 +33,10 @@ type JobsConfig struct {
 	// MaxAttempts is how many times a job is tried before it fails with
 	// worker_lost. Default 3.
 	MaxAttempts int `json:"max_attempts,omitempty"`
-	// MaxStreams bounds the event streams one account may hold open in this
-	// process. Default 16.
+	// MaxStreams bounds the long-lived connections one account may hold
+	// open in this process: the v2 API's event streams and the ComfyUI
+	// front's /ws sockets together, on every site of the configuration.
+	// Default 16.
 	MaxStreams int `json:"max_streams,omitempty"`
 	// DefaultPool is the pool comfy_jobs submits to when it names none.
 	// Default "builtin".
@@ -122,8 +125,9 @@ func (a *App) Jobs(pool string) *jobs.Service {
 	}
 }
 
-// MaxStreams is the per-account bound on open event streams.
-func (a *App) MaxStreams() int { return a.JobsConfig.MaxStreams }
+// Streams counts every account's open event streams and ComfyUI sockets
+// against max_streams; comfy_jobs and comfy_native share it.
+func (a *App) Streams() *streamlimit.Limiter { return a.streams }
 
 // Stopping is closed when this configuration starts to stop, so that
 // long-lived responses (event streams) end instead of holding up a reload.

@@ -37,9 +37,8 @@ type Handler struct {
 	// comfygate app's default pool.
 	Pool string `json:"pool,omitempty"`
 
-	app     *comfygate.App
-	streams *streamLimiter
-	hub     *streamHub
+	app *comfygate.App
+	hub *streamHub
 }
 
 // CaddyModule returns the Caddy module information.
@@ -67,7 +66,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !h.app.HasPool(h.Pool) {
 		return fmt.Errorf("comfy_jobs: no pool named %q in the comfygate app", h.Pool)
 	}
-	h.streams = newStreamLimiter(h.app.MaxStreams())
 	h.hub = newStreamHub()
 	// Streams end when this configuration stops (as its requests would).
 	go func() {

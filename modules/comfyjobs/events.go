@@ -39,38 +39,17 @@ func reconcileEvery() time.Duration {
 	return reconcileInterval*3/4 + rand.N(reconcileInterval/2)
 }
 
-// streamLimiter bounds the streams one account holds open in this process.
-type streamLimiter struct {
-	max  int
-	mu   sync.Mutex
-	open map[string]int
-}
-
-func newStreamLimiter(max int) *streamLimiter {
-	return &streamLimiter{max: max, open: map[string]int{}}
-}
-
-// acquire takes one of key's streams; max, when positive, replaces the
-// limiter's bound for this key (the public demo's own cap).
-func (l *streamLimiter) acquire(account string, max int) (release func(), ok bool) {
-	if max <= 0 {
-		max = l.max
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[account] >= max {
-		return nil, false
-	}
-	l.open[account]++
+// countedStream counts an admitted stream in event_streams_open until
+// it is released (once, however many times release is called).
+func countedStream(release func()) func() {
 	metrics.StreamsOpen.Inc()
+	var once sync.Once
 	return func() {
-		metrics.StreamsOpen.Dec()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.open[account]--; l.open[account] <= 0 {
-			delete(l.open, account)
-		}
-	}, true
+		once.Do(func() {
+			metrics.StreamsOpen.Dec()
+			release()
+		})
+	}
 }
 
 // stream is one client's view of one job: its sink and what it has been
@@ -122,11 +101,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 		// Anonymous callers share the demo's own, small allowance.
 		key, max = "\x00demo "+scope.ID, scope.Demo.MaxStreams
 	}
-	release, ok := h.streams.acquire(key, max)
+	// The account's ComfyUI sockets count too (max_streams is one bound).
+	release, ok := h.app.Streams().Acquire(key, max)
 	if !ok {
 		return apierr.New(http.StatusTooManyRequests, "too_many_streams",
 			"too many open event streams; close one or poll the job instead").WithRetryAfter(tooManyRetryAfter)
 	}
+	release = countedStream(release)
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")

@@ -17,7 +17,7 @@ func init() {
 //
 // The pool defaults to the comfygate app's default pool. Queue, retention
 // and socket bounds are the comfygate global option's jobs block (a socket
-// counts against max_streams).
+// counts against max_streams, with the account's event streams).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {

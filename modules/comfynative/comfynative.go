@@ -2,7 +2,9 @@
 // WebSocket API (/prompt, /queue, /history, /view, /upload/image, /ws, …)
 // over comfygate's jobs and assets, so that existing ComfyUI clients run
 // unmodified against the gateway. It parses requests and writes answers;
-// the translation lives in internal/nativeapi. Put it behind comfy_auth.
+// the translation lives in internal/nativeapi. Put it behind comfy_auth,
+// which also refuses what a web page of another origin sends it (ComfyUI's
+// own guard, there for every route of the gateway: internal/browsersafe).
 package comfynative
 
 import (
@@ -11,9 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -69,7 +69,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !h.app.HasPool(h.Pool) {
 		return fmt.Errorf("comfy_native: no pool named %q in the comfygate app", h.Pool)
 	}
-	h.sockets = newSockets(h.app.MaxStreams())
+	h.sockets = newSockets(h.app.Streams())
 	// Sockets end when this configuration stops, as its requests would.
 	go func() {
 		select {
@@ -108,9 +108,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	pr, ok := principal.From(r.Context())
 	if !ok {
 		return apierr.Upstream(errors.New("comfy_native: no principal; put comfy_auth before comfy_native"))
-	}
-	if foreignOrigin(r) {
-		return apierr.Forbidden()
 	}
 	if err := h.app.Ready(); err != nil {
 		return apierr.Upstream(err)
@@ -178,27 +175,6 @@ func known(first, rest string) bool {
 		return rest == "image" || rest == "mask"
 	}
 	return false
-}
-
-// foreignOrigin applies ComfyUI's guard for a server on a loopback
-// address: a browser request whose Origin names another host is refused,
-// so that a web page cannot queue prompts on a gateway without
-// authentication beside the user's browser.
-func foreignOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return false
-	}
-	host, _, err := net.SplitHostPort(r.Host)
-	if err != nil {
-		host = r.Host
-	}
-	ip := net.ParseIP(host)
-	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return false
-	}
-	u, err := url.Parse(origin)
-	return err != nil || !strings.EqualFold(u.Host, r.Host) && !strings.EqualFold(u.Hostname(), host)
 }
 
 // service binds the domain service to this handler's pool.

@@ -13,28 +13,30 @@ import (
 
 	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/nativeapi"
+	"github.com/comfygate/comfygate/internal/streamlimit"
 )
 
 // maxClientIDBytes bounds a clientId.
 const maxClientIDBytes = 256
 
-// sockets are this handler's open /ws sessions: bounded per account, one
-// per client id (a reconnect with the same id replaces the old socket, as
-// in ComfyUI), all ended when the configuration stops.
+// sockets are this handler's open /ws sessions: one per client id (a
+// reconnect with the same id replaces the old socket, as in ComfyUI), all
+// ended when the configuration stops. Each holds one of its account's
+// connections of the app's stream limiter (max_streams, shared with the
+// v2 API's event streams).
 type sockets struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	max    int
+	limit  *streamlimit.Limiter
 
 	mu       sync.Mutex
-	open     map[string]int      // per account
 	sessions map[string]*session // per account + client id
 	wg       sync.WaitGroup
 }
 
-func newSockets(maxPerAccount int) *sockets {
+func newSockets(limit *streamlimit.Limiter) *sockets {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sockets{ctx: ctx, cancel: cancel, max: maxPerAccount, open: map[string]int{}, sessions: map[string]*session{}}
+	return &sockets{ctx: ctx, cancel: cancel, limit: limit, sessions: map[string]*session{}}
 }
 
 func (s *sockets) stop() {
@@ -45,7 +47,8 @@ func (s *sockets) stop() {
 // session is one admitted socket.
 type session struct{ cancel context.CancelFunc }
 
-// admit registers a session, replacing an older one of the same client id.
+// admit registers a session, replacing an older one of the same client id
+// (admitted even at the bound: the older one's slot frees as it ends).
 func (s *sockets) admit(account, clientID string) (ctx context.Context, release func(), ok bool) {
 	key := account + "\x00" + clientID
 	s.mu.Lock()
@@ -53,22 +56,21 @@ func (s *sockets) admit(account, clientID string) (ctx context.Context, release 
 	if s.ctx.Err() != nil {
 		return nil, nil, false
 	}
+	var slot func()
 	if old := s.sessions[key]; old != nil {
 		old.cancel() // its release runs when it ends
-	} else if s.open[account] >= s.max {
+		slot = s.limit.Replace(account)
+	} else if slot, ok = s.limit.Acquire(account, 0); !ok {
 		return nil, nil, false
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	me := &session{cancel: cancel}
 	s.sessions[key] = me
-	s.open[account]++
 	s.wg.Add(1)
 	return ctx, func() {
 		cancel()
+		slot()
 		s.mu.Lock()
-		if s.open[account]--; s.open[account] <= 0 {
-			delete(s.open, account)
-		}
 		if s.sessions[key] == me { // a replacement may own the key by now
 			delete(s.sessions, key)
 		}
@@ -110,10 +112,14 @@ func (h *Handler) serveSocket(w http.ResponseWriter, r *http.Request, svc *nativ
 	ctx, release, ok := h.sockets.admit(account, clientID)
 	if !ok {
 		return apierr.New(http.StatusTooManyRequests, "too_many_streams",
-			"too many open sockets; close one").WithRetryAfter(5)
+			"too many open sockets and event streams; close one").WithRetryAfter(5)
 	}
 	defer release()
-	conn, err := websocket.Accept(w, r, nil)
+	// comfy_auth, which put the principal in r, has applied the gateway's
+	// browser policy to this handshake (a foreign page's is refused, an
+	// allowed origin's is not): the library's own same-host check would
+	// refuse the allowed origins too.
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		h.logger.Debug("websocket upgrade refused", zap.Error(err))
 		return nil // Accept has answered

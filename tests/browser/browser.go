@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -21,6 +22,10 @@ type Options struct {
 	TrustCertOf string
 	// TLS is the client configuration that verifies that server.
 	TLS *tls.Config
+	// Resolve maps host names to addresses for the browser alone (say
+	// "evil.test" → "127.0.0.1"), as a DNS answer would: pages of other
+	// sites, and DNS rebinding, without a DNS server.
+	Resolve map[string]string
 }
 
 // New starts a headless Chromium for the test and returns a context that
@@ -37,6 +42,13 @@ func New(t testing.TB, o Options) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
+	if len(o.Resolve) > 0 {
+		var rules []string
+		for name, addr := range o.Resolve {
+			rules = append(rules, "MAP "+name+" "+addr)
+		}
+		flags = append(flags, chromedp.Flag("host-resolver-rules", strings.Join(rules, ",")))
+	}
 	if o.TrustCertOf != "" {
 		flags = append(flags, chromedp.Flag("ignore-certificate-errors-spki-list", spkiHash(t, o.TrustCertOf, o.TLS)))
 	}

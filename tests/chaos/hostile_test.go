@@ -336,7 +336,7 @@ func idleStreams(t *testing.T, g *gateway.Gateway) {
 				mu.Unlock()
 				return
 			}
-			fmt.Fprintf(c, "GET /api/v2/jobs/%s/events HTTP/1.1\r\nHost: x\r\n\r\n", id)
+			fmt.Fprintf(c, "GET /api/v2/jobs/%s/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", id)
 			c.SetReadDeadline(time.Now().Add(20 * time.Second))
 			buf := make([]byte, 512)
 			n, _ := io.ReadAtLeast(c, buf, 12)
@@ -380,7 +380,7 @@ func slowloris(t *testing.T, g *gateway.Gateway) {
 				return
 			}
 			defer c.Close()
-			fmt.Fprintf(c, "POST /api/v2/assets HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=B\r\nContent-Length: %d\r\n\r\n", len(body))
+			fmt.Fprintf(c, "POST /api/v2/assets HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=B\r\nContent-Length: %d\r\n\r\n", len(body))
 			deadline := time.Now().Add(slowlorisBound + 5*time.Second)
 			for i := 0; i < len(body) && time.Now().Before(deadline); i++ {
 				if _, err := c.Write(body[i : i+1]); err != nil {

@@ -12,7 +12,14 @@ import (
 // that it cannot collide with anything else on this machine.
 func SelfHostedExample(t testing.TB) string {
 	t.Helper()
-	example, err := os.ReadFile(filepath.Join(RepoRoot(t), "caddyfile-examples", "self-hosted.Caddyfile"))
+	return Example(t, "self-hosted.Caddyfile")
+}
+
+// Example is caddyfile-examples/<name> moved from :8189 to {PORT}, with
+// the admin endpoint off (see SelfHostedExample).
+func Example(t testing.TB, name string) string {
+	t.Helper()
+	example, err := os.ReadFile(filepath.Join(RepoRoot(t), "caddyfile-examples", name))
 	if err != nil {
 		t.Fatal(err)
 	}

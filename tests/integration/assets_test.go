@@ -222,7 +222,7 @@ func TestUploadBadInputs(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fmt.Fprintf(conn, "POST /api/v2/assets HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", ct, body.Len())
+				fmt.Fprintf(conn, "POST /api/v2/assets HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", ct, body.Len())
 				conn.Write(body.Bytes()[:body.Len()/2])
 				// Cut the connection only once the gateway is visibly staging
 				// the upload, so the test checks the cleanup of a real one.
