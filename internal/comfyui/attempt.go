@@ -378,7 +378,9 @@ func (a *attempt) cancelRun(ctx context.Context) error {
 				}
 			}
 		case <-tick.C:
-			if st, err := a.w.queuePosition(cctx, a.promptID); err == nil && st == notQueued {
+			// By id or attempt marker: a cancel may come before the answer
+			// that names the prompt.
+			if l, err := a.locate(cctx); err == nil && l.state == notQueued {
 				return ctx.Err()
 			}
 		}

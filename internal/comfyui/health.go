@@ -96,27 +96,23 @@ func (w *worker) socketUp() {
 func (w *worker) socketEnded(why string) {
 	w.mu.Lock()
 	w.conn = 0
-	if why == "" {
-		w.mu.Unlock()
-		return
-	}
-	w.socketDown = true
-	was := w.healthy
-	w.healthy = false
-	if w.broken == "" {
-		w.reason = why
-	}
 	w.mu.Unlock()
-	if was {
-		w.log.Warn("worker out of rotation until it answers again", zap.String("reason", why))
-		w.pool.catalogChanged()
-		w.pool.touch(w)
+	if why != "" {
+		w.outage(why, nil)
 	}
 }
 
 // unhealthyNow takes a worker out of rotation at once for why, and hands
 // its attempts on with err (a refused dial: nothing there can finish).
 func (w *worker) unhealthyNow(why string, err error) {
+	for _, a := range w.outage(why, err) {
+		a.push(event{kind: evLost, err: err})
+	}
+}
+
+// outage takes w out of rotation until a dial succeeds; with handOn set
+// it returns the attempts to hand on (once per outage).
+func (w *worker) outage(why string, handOn error) []*attempt {
 	w.mu.Lock()
 	w.socketDown = true
 	was := w.healthy
@@ -124,17 +120,18 @@ func (w *worker) unhealthyNow(why string, err error) {
 	if w.broken == "" {
 		w.reason = why
 	}
-	w.handedOn = true
-	lost := w.attemptsLocked()
+	var lost []*attempt
+	if handOn != nil {
+		w.handedOn = true
+		lost = w.attemptsLocked()
+	}
 	w.mu.Unlock()
 	if was {
-		w.log.Warn("worker out of rotation", zap.String("reason", why))
+		w.log.Warn("worker out of rotation until a dial succeeds", zap.String("reason", why))
 		w.pool.catalogChanged()
 		w.pool.touch(w)
 	}
-	for _, a := range lost {
-		a.push(event{kind: evLost, err: err})
-	}
+	return lost
 }
 
 // markBroken takes a worker whose answers cannot be matched to its prompts

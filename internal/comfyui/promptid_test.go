@@ -134,20 +134,12 @@ func TestWorkerKilledIsUnhealthyAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			peer := comfyuipeer.New(t, comfyuipeer.Options{})
-			pool, err := comfyui.New(comfyui.Config{
+			pool := startPoolWith(t, comfyui.Config{
 				Workers:        []comfyui.WorkerConfig{{URL: peer.URL}},
 				ReconnectMax:   100 * time.Millisecond,
 				RequestTimeout: 5 * time.Second,
 				UnhealthyAfter: time.Hour,
-			}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool.Start()
-			t.Cleanup(func() { pool.Close() })
-			if _, err := pool.Catalog(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			})
 			run, _ := newRun(t, slowGraph, nil)
 			done := runAsync(context.Background(), pool, run)
 			eventually(t, "the prompt running", func() bool { return peer.Running() != "" })

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/tests/comfyreal/realcomfy"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
@@ -62,31 +63,9 @@ func startStack(t *testing.T) *stack {
 	return s
 }
 
-// workerState is a worker as the admin API reports it.
-type workerState struct {
-	URL             string `json:"url"`
-	Healthy         bool   `json:"healthy"`
-	UnhealthyReason string `json:"unhealthy_reason"`
-	Draining        bool   `json:"draining"`
-	DrainReason     string `json:"drain_reason"`
-}
-
-func (s *stack) workerStates(t *testing.T) map[string]workerState {
+func (s *stack) workerStates(t *testing.T) map[string]comfyui.WorkerState {
 	t.Helper()
-	resp, err := http.Get(s.admin + "/comfygate/workers/gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body struct{ Workers []workerState }
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
-		t.Fatalf("GET workers: %d", resp.StatusCode)
-	}
-	m := map[string]workerState{}
-	for _, w := range body.Workers {
-		m[w.URL] = w
-	}
-	return m
+	return gateway.AdminWorkers(t, s.admin, "gpu")
 }
 
 func (s *stack) until(t *testing.T, what string, within time.Duration, cond func() bool) {

@@ -1,9 +1,7 @@
 package realcomfy
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -35,7 +33,6 @@ type Server struct {
 	src *Source
 	mu  sync.Mutex
 	cmd *exec.Cmd
-	log *lockedBuffer
 	// exited is closed when the current process has exited.
 	exited chan struct{}
 }
@@ -110,14 +107,8 @@ func (srv *Server) launch(port int) error {
 		"--temp-directory", filepath.Dir(srv.TempDir), "--disable-auto-launch")
 	cmd.Dir = srv.src.Dir
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+srv.src.Stubs, "PYTHONUNBUFFERED=1")
-	srv.mu.Lock()
-	buf := srv.log
-	if buf == nil {
-		buf = &lockedBuffer{}
-	}
-	srv.mu.Unlock()
-	cmd.Stdout = io.MultiWriter(buf, logFile)
-	cmd.Stderr = cmd.Stdout
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -130,7 +121,7 @@ func (srv *Server) launch(port int) error {
 		close(exited)
 	}()
 	srv.mu.Lock()
-	srv.cmd, srv.log, srv.exited = cmd, buf, exited
+	srv.cmd, srv.exited = cmd, exited
 	srv.mu.Unlock()
 	return srv.awaitReady(exited)
 }
@@ -178,14 +169,11 @@ func (srv *Server) Signal(sig syscall.Signal) {
 // Kill kills the server's process group with SIGKILL and waits for it.
 func (srv *Server) Kill() { srv.Signal(syscall.SIGKILL) }
 
-// Log is everything the server's processes printed (restarts included).
+// Log is everything the server's processes printed (restarts included),
+// as kept in <Root>/comfyui.log.
 func (srv *Server) Log() string {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if srv.log == nil {
-		return ""
-	}
-	return srv.log.String()
+	data, _ := os.ReadFile(filepath.Join(srv.Root, "comfyui.log"))
+	return string(data)
 }
 
 // Executions counts the prompts the server executed to the end
@@ -207,21 +195,4 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
