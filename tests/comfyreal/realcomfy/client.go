@@ -49,8 +49,10 @@ func (srv *Server) Queue(t testing.TB, prompt any) string {
 
 // HistoryEntry is a prompt's /history entry.
 type HistoryEntry struct {
-	Outputs map[string]map[string][]FileRef `json:"outputs"`
-	Status  struct {
+	// PromptID is the prompt's id (the entry's key).
+	PromptID string                          `json:"-"`
+	Outputs  map[string]map[string][]FileRef `json:"outputs"`
+	Status   struct {
 		StatusStr string              `json:"status_str"`
 		Completed bool                `json:"completed"`
 		Messages  [][]json.RawMessage `json:"messages"`
@@ -73,6 +75,7 @@ func (srv *Server) Run(t testing.TB, prompt any, timeout time.Duration) HistoryE
 		var h map[string]HistoryEntry
 		srv.call(t, http.MethodGet, "/history/"+url.PathEscape(id), "", nil, &h)
 		if e, ok := h[id]; ok {
+			e.PromptID = id
 			return e
 		}
 		if time.Now().After(deadline) {
@@ -88,6 +91,14 @@ func (srv *Server) History(t testing.TB) map[string]HistoryEntry {
 	var h map[string]HistoryEntry
 	srv.call(t, http.MethodGet, "/history", "", nil, &h)
 	return h
+}
+
+// Forget deletes a prompt's history entry (POST /history {"delete"}).
+func (srv *Server) Forget(t testing.TB, promptID string) {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"delete": []string{promptID}})
+	var none []byte
+	srv.call(t, http.MethodPost, "/history", "application/json", bytes.NewReader(raw), &none)
 }
 
 // View downloads an output (GET /view).

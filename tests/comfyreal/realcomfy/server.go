@@ -166,6 +166,22 @@ func (srv *Server) Signal(sig syscall.Signal) {
 	}
 }
 
+// Up reports whether the server's process is running.
+func (srv *Server) Up() bool {
+	srv.mu.Lock()
+	exited := srv.exited
+	srv.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
 // Kill kills the server's process group with SIGKILL and waits for it.
 func (srv *Server) Kill() { srv.Signal(syscall.SIGKILL) }
 
