@@ -79,7 +79,8 @@ func TestPromptIDOfTheAnswer(t *testing.T) {
 // TestUnmatchedAnswersBreakTheWorker (issue 39): a worker whose answers
 // name prompts it does not have (its /queue, /history and socket never
 // mention them) is marked unhealthy with the reason, and stays so while it
-// answers; the attempt is handed on, and the worker gets no other prompt.
+// answers; the attempt is handed on, and the worker gets no other prompt
+// until the operator adds it again.
 func TestUnmatchedAnswersBreakTheWorker(t *testing.T) {
 	t.Parallel()
 	bad := comfyuipeer.New(t, comfyuipeer.Options{})
@@ -110,6 +111,12 @@ func TestUnmatchedAnswersBreakTheWorker(t *testing.T) {
 	if w := pool.Workers()[0]; w.Healthy {
 		t.Errorf("the broken worker is healthy again while its answers still do not match: %+v", w)
 	}
+	// Fixed, and added again by the operator: tried again.
+	bad.Set(func(s *comfyuipeer.Switches) { s.UnmatchedAnswers = false })
+	if err := pool.AddWorker(comfyui.WorkerConfig{URL: bad.URL}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the fixed worker healthy", func() bool { return pool.Workers()[0].Healthy })
 }
 
 // TestWorkerKilledIsUnhealthyAtOnce (issue 37): a worker whose socket ends
