@@ -109,7 +109,9 @@ func (srv *Server) launch(port int) error {
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+srv.src.Stubs, "PYTHONUNBUFFERED=1")
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (Signal reaches all of it), killed with the
+	// test process should that die first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return err
