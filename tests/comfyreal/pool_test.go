@@ -187,10 +187,14 @@ func TestPoolOnRealComfyUI(t *testing.T) {
 			var victim *realcomfy.Server
 			s.until(t, "the prompt running on a worker", time.Minute, func() bool { victim = s.running(t); return victim != nil })
 			victim.Signal(sig)
+			stopped := time.Now()
+			var reason string
 			s.until(t, "the stopped worker unhealthy", 15*time.Second, func() bool {
 				w := s.workerStates(t)[victim.URL]
+				reason = w.UnhealthyReason
 				return !w.Healthy && w.UnhealthyReason != "" && !w.Draining
 			})
+			t.Logf("unhealthy %v after the signal: %s", time.Since(stopped).Round(time.Millisecond), reason)
 			j := s.finish(t, id)
 			if j["status"] != "succeeded" {
 				t.Fatalf("job ended %v: %v", j["status"], j["error"])

@@ -194,7 +194,8 @@ func (s *stack) since(before []counts) counts {
 // onceEach checks that the workers received and executed exactly the
 // prompts expected since before, and that none is left in the /history of
 // a worker that is up: the gateway found every prompt it queued (and
-// deleted its entry), so none ran without being followed.
+// deleted its entry), so none ran without being followed. The inputs it
+// staged there are gone too.
 func (s *stack) onceEach(t *testing.T, before []counts, prompts, executed int) {
 	t.Helper()
 	s.until(t, "the workers to log every execution", 30*time.Second, func() bool { return s.since(before).executed >= executed })
@@ -202,6 +203,10 @@ func (s *stack) onceEach(t *testing.T, before []counts, prompts, executed int) {
 		t.Errorf("the workers got %d prompts and executed %d, want %d and %d", d.prompts, d.executed, prompts, executed)
 	}
 	for _, w := range s.workers {
+		// The gateway removed what it staged (input_dir), on a dead worker too.
+		if staged, _ := os.ReadDir(filepath.Join(w.InputDir, "comfygate")); len(staged) > 0 {
+			t.Errorf("%d staged input folders left on %s", len(staged), w.URL)
+		}
 		if !w.Up() {
 			continue
 		}
