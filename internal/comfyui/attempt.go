@@ -43,12 +43,19 @@ type event struct {
 // events into an unbounded queue so that a slow output commit never blocks
 // the socket that other attempts share.
 type attempt struct {
-	p        *Pool
-	w        *worker
-	run      *jobs.Run
-	graph    workflow.Graph
-	promptID string
-	log      *zap.Logger
+	p     *Pool
+	w     *worker
+	run   *jobs.Run
+	graph workflow.Graph
+	// sentID is the prompt_id the attempt sends (attemptID); promptID is
+	// the one the worker answered (the same where ComfyUI honours it; see
+	// match.go), set under w.mu.
+	sentID, promptID string
+	// conn is the worker's socket the prompt was submitted on; seen: the
+	// worker named the prompt (a message, a /queue or /history entry).
+	conn uint64
+	seen bool
+	log  *zap.Logger
 	// logs captures the worker's log output; nil unless the job keeps a
 	// run log.
 	logs *logCapture
@@ -67,8 +74,8 @@ type attempt struct {
 func newAttempt(p *Pool, w *worker, run *jobs.Run, g workflow.Graph) *attempt {
 	id := attemptID(run.Job)
 	return &attempt{
-		p: p, w: w, run: run, graph: g, promptID: id,
-		log:       w.log.With(zap.String("job_id", run.Job.ID), zap.String("prompt_id", id)),
+		p: p, w: w, run: run, graph: g, sentID: id, promptID: id,
+		log:       w.log.With(zap.String("job_id", run.Job.ID)),
 		signal:    make(chan struct{}, 1),
 		committed: map[string]bool{},
 		logs:      newLogCapture(run.Log),
@@ -158,6 +165,7 @@ func (a *attempt) handle(ctx context.Context, e event) (done bool, err error) {
 		}
 		return false, nil
 	}
+	a.seen = true
 	var d struct {
 		Node   *string                    `json:"node"`
 		Nodes  json.RawMessage            `json:"nodes"`
@@ -272,8 +280,9 @@ func (a *attempt) finishFrom(ctx context.Context, h *historyEntry) error {
 
 // reconcile asks the worker where the prompt is after a reconnect or a
 // quiet spell: queued or running → keep waiting; in history → finish from
-// it; in neither (re-checked for historyWait) → lost. A worker that does
-// not answer is left to the health checks.
+// it; in neither (re-checked for historyWait) → lost, and the worker is
+// broken when it never named the prompt (see unmatched). A worker that
+// does not answer is left to the health checks.
 func (a *attempt) reconcile(ctx context.Context) (bool, error) {
 	deadline := time.Now().Add(historyWait)
 	for {
@@ -282,6 +291,7 @@ func (a *attempt) reconcile(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if st != notQueued {
+			a.seen = true
 			return false, nil
 		}
 		h, err := a.w.history(ctx, a.promptID)
@@ -289,9 +299,13 @@ func (a *attempt) reconcile(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if h != nil {
+			a.seen = true
 			return true, a.finishFrom(ctx, h)
 		}
 		if time.Now().After(deadline) {
+			if err := a.unmatched(); err != nil {
+				return true, &jobs.WorkerLostError{Err: err}
+			}
 			return true, &jobs.WorkerLostError{Err: fmt.Errorf("prompt %s is in neither the queue nor the history of the worker", a.promptID)}
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
@@ -364,7 +378,9 @@ func (a *attempt) cancelRun(ctx context.Context) error {
 				}
 			}
 		case <-tick.C:
-			if st, err := a.w.queuePosition(cctx, a.promptID); err == nil && st == notQueued {
+			// By id or attempt marker: a cancel may come before the answer
+			// that names the prompt.
+			if l, err := a.locate(cctx); err == nil && l.state == notQueued {
 				return ctx.Err()
 			}
 		}
@@ -384,22 +400,24 @@ func isTerminal(e event) bool {
 	return false
 }
 
-// stopOnWorker takes the prompt out of the worker's queue while it is
-// pending there, and interrupts it (targeted by prompt_id) while it runs.
-// Errors are ignored: a worker that does not answer loses the prompt anyway.
+// stopOnWorker takes the prompt (found by id or attempt marker) out of the
+// worker's queue while it is pending there, and interrupts it (targeted by
+// prompt_id; ComfyUI before 260a5ca5 interrupts whatever runs, which is
+// checked to be this prompt just before) while it runs. Errors are
+// ignored: a worker that does not answer loses the prompt anyway.
 func (a *attempt) stopOnWorker(ctx context.Context) {
-	st, err := a.w.queuePosition(ctx, a.promptID)
+	l, err := a.locate(ctx)
 	if err != nil {
 		return
 	}
-	if st == pendingInQueue {
-		_, _ = a.w.postJSON(ctx, "/queue", map[string]any{"delete": []string{a.promptID}})
-		if st, err = a.w.queuePosition(ctx, a.promptID); err != nil {
+	if l.state == pendingInQueue {
+		_, _ = a.w.postJSON(ctx, "/queue", map[string]any{"delete": []string{l.id}})
+		if l, err = a.w.find(ctx, l.id, ""); err != nil {
 			return
 		}
 	}
-	if st == runningInQueue {
-		_, err := a.w.postJSON(ctx, "/interrupt", map[string]any{"prompt_id": a.promptID})
+	if l.state == runningInQueue {
+		_, err := a.w.postJSON(ctx, "/interrupt", map[string]any{"prompt_id": l.id})
 		if err != nil && !errors.Is(err, context.Canceled) {
 			a.log.Debug("interrupting a prompt", zap.Error(err))
 		}

@@ -194,14 +194,19 @@ func (a *attempt) prefixOutputs(cat workflow.Catalog) error {
 	return nil
 }
 
-// submit queues the graph. A refused graph (400, or a 200 whose
-// node_errors is not empty, in which case ComfyUI queued the outputs that
-// did validate and we take the prompt back) is a *jobs.NodeError.
+// submit queues the graph and claims the prompt id the worker answers. A
+// refused graph (400, or a 200 whose node_errors is not empty, in which
+// case ComfyUI queued the outputs that did validate and we take the prompt
+// back) is a *jobs.NodeError. An answer that was lost, or names no prompt,
+// is made up for by finding the prompt in /queue by its attempt marker.
 func (a *attempt) submit(ctx context.Context) error {
-	body := map[string]any{"prompt": a.graph, "prompt_id": a.promptID, "client_id": a.w.clientID}
-	if len(a.run.ExtraData) > 0 {
-		body["extra_data"] = a.run.ExtraData // forwarded, never logged
+	extra := map[string]string{attemptMarker: a.sentID}
+	for k, v := range a.run.ExtraData {
+		extra[k] = v // forwarded, never logged
 	}
+	body := map[string]any{"prompt": a.graph, "prompt_id": a.sentID, "client_id": a.w.clientID, "extra_data": extra}
+	answered := a.w.awaitingAnswer()
+	defer answered()
 	data, err := a.w.postJSON(ctx, "/prompt", body)
 	var se *statusError
 	switch {
@@ -215,7 +220,11 @@ func (a *attempt) submit(ctx context.Context) error {
 		return validationError(ans)
 	case err != nil && isTransport(err):
 		// The prompt may have been queued before the answer was lost.
-		a.stopOnWorker(ctx)
+		if l, lerr := a.locate(ctx); lerr == nil && l.state != notQueued {
+			a.log.Warn("POST /prompt's answer was lost; following the prompt found in the queue", zap.Error(err))
+			a.claim(l.id)
+			return nil
+		}
 		return &jobs.WorkerLostError{Err: err}
 	case err != nil:
 		return err
@@ -224,6 +233,16 @@ func (a *attempt) submit(ctx context.Context) error {
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("comfyui /prompt: %w", err)
 	}
+	if ans.PromptID == "" {
+		l, lerr := a.locate(ctx)
+		if lerr != nil || l.state == notQueued {
+			why := "POST /prompt answered 200 without a prompt_id"
+			a.w.markBroken(why)
+			return &jobs.WorkerLostError{Err: fmt.Errorf("worker %s: %s", a.w.base.Redacted(), why)}
+		}
+		ans.PromptID = l.id
+	}
+	a.claim(ans.PromptID)
 	if len(ans.NodeErrors) > 0 {
 		a.stopOnWorker(ctx)
 		return validationError(ans)

@@ -23,11 +23,15 @@ func TestCancel(t *testing.T) {
 		name string
 		// pending cancels the second of two prompts on a one-at-a-time worker.
 		pending bool
-	}{{"running", false}, {"pending", true}}
+		// ownIDs: the worker ignores the client's prompt_id (ComfyUI before
+		// upstream 260a5ca5).
+		ownIDs bool
+	}{{"running", false, false}, {"pending", true, false}, {"running, own ids", false, true}, {"pending, own ids", true, true}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			peer := comfyuipeer.New(t, comfyuipeer.Options{})
+			peer.Set(func(s *comfyuipeer.Switches) { s.OwnPromptIDs = tc.ownIDs })
 			pool := newPool(t, 2, peer)
 			first, _ := newRun(t, slowGraph, nil)
 			ctx1, cancel1 := context.WithCancel(context.Background())

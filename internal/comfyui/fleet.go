@@ -39,8 +39,9 @@ func (p *Pool) launch(w *worker) {
 }
 
 // AddWorker adds a worker to the running pool (source admin). Adding the
-// URL of a worker that is draining takes it back into rotation; adding one
-// the pool has is a no-op.
+// URL of a worker that is draining takes it back into rotation, and one
+// marked broken (health.go) is tried again; adding one the pool has is
+// otherwise a no-op.
 func (p *Pool) AddWorker(wc WorkerConfig) error {
 	if wc.Concurrency == 0 {
 		wc.Concurrency = 1
@@ -67,6 +68,11 @@ func (p *Pool) addLocked(wc WorkerConfig, source string) error {
 	for _, w := range p.all() {
 		if w.cfg.URL == wc.URL {
 			w.mu.Lock()
+			if w.broken != "" {
+				// The operator vouches for it again: it rejoins at its next answer.
+				w.log.Info("broken worker added again; trying it again", zap.String("was", w.broken))
+				w.broken, w.brokenDown = "", false
+			}
 			back := w.draining
 			if back {
 				took := w.takesJobs()

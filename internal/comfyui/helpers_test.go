@@ -43,6 +43,13 @@ func startPool(t *testing.T, workers ...comfyui.WorkerConfig) *comfyui.Pool {
 		RequestTimeout:  5 * time.Second,
 		UnhealthyAfter:  time.Second,
 	}
+	return startPoolWith(t, cfg)
+}
+
+// startPoolWith starts a pool of cfg, closed at the end of the test, and
+// waits for its catalog.
+func startPoolWith(t *testing.T, cfg comfyui.Config) *comfyui.Pool {
+	t.Helper()
 	pool, err := comfyui.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -177,32 +177,10 @@ const (
 	runningInQueue
 )
 
-// queuePosition reads GET /queue; only index 1 (the prompt id) of each
-// item is relied on, and the items (which carry extra_data) are never logged.
+// queuePosition reads where GET /queue places the prompt (see find).
 func (w *worker) queuePosition(ctx context.Context, promptID string) (queueState, error) {
-	var q struct {
-		Running [][]json.RawMessage `json:"queue_running"`
-		Pending [][]json.RawMessage `json:"queue_pending"`
-	}
-	if err := w.getJSON(ctx, "/queue", nil, &q); err != nil {
-		return notQueued, err
-	}
-	has := func(items [][]json.RawMessage) bool {
-		for _, it := range items {
-			var id string
-			if len(it) > 1 && json.Unmarshal(it[1], &id) == nil && id == promptID {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case has(q.Running):
-		return runningInQueue, nil
-	case has(q.Pending):
-		return pendingInQueue, nil
-	}
-	return notQueued, nil
+	l, err := w.find(ctx, promptID, "")
+	return l.state, err
 }
 
 // historyEntry is one prompt's GET /history/{id} entry.

@@ -161,6 +161,10 @@ type WorkerState struct {
 	// URL is the worker's base URL with any password redacted.
 	URL     string `json:"url"`
 	Healthy bool   `json:"healthy"`
+	// UnhealthyReason says why a worker is not healthy: it has not
+	// answered yet, its socket ended without a shutdown notice, it stopped
+	// answering, or its answers could not be matched to its prompts.
+	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// Running is how many of this pool's attempts the worker has in
 	// flight, out of Capacity.
 	Running  int `json:"running"`
@@ -215,6 +219,9 @@ func (p *Pool) Workers() []WorkerState {
 		w.mu.Lock()
 		states[i] = WorkerState{URL: w.base.Redacted(), Healthy: w.healthy, Running: w.inflight, Capacity: w.cfg.Concurrency,
 			Models: slices.Clone(w.models.models), Source: w.source, Draining: !w.takesJobs()}
+		if !w.healthy {
+			states[i].UnhealthyReason = w.reason
+		}
 		switch {
 		case w.draining:
 			states[i].DrainReason = w.drainedBy

@@ -9,18 +9,20 @@ import (
 	"go.uber.org/zap"
 )
 
-// Shutdown notices. A ComfyUI server that is being stopped (SIGTERM, a
-// pod's termination) tells its clients in one of two ways: it closes its
-// sockets with 1001 (going away) or 1012 (service restart), or the socket
-// just ends and the next dial is refused. Either is a shutdown notice: the
-// worker stops taking jobs at once (rather than after UnhealthyAfter, when
-// every job sent to it meanwhile would be lost) while the attempts it runs
-// go on. A worker that keeps serving (a graceful stop that finishes its
-// queue) lets them finish; one whose dials are refused cannot report them
-// (its history lives in its memory), so they are handed on at once
-// (jobs.WorkerLostError). The worker takes jobs again once it was seen
-// down (a failed dial) and then answers again: a restarted server. It stays
-// in the pool: only its source (the admin API, DNS) removes it.
+// Shutdown notices. A ComfyUI server that is being stopped gracefully (a
+// proxy or supervisor in front of it on SIGTERM, a pod's termination)
+// closes its sockets with 1001 (going away) or 1012 (service restart).
+// That is a shutdown notice: the worker stops taking jobs at once (rather
+// than after UnhealthyAfter, when every job sent to it meanwhile would be
+// lost) while the attempts it runs go on. A worker that keeps serving (a
+// graceful stop that finishes its queue) lets them finish; one whose dials
+// are refused cannot report them (its history lives in its memory), so
+// they are handed on at once (jobs.WorkerLostError). The worker takes jobs
+// again once it was seen down (a failed dial) and then answers again: a
+// restarted server. It stays in the pool: only its source (the admin API,
+// DNS) removes it. A socket that ends without a notice is an outage, not a
+// drain (health.go): ComfyUI itself installs no SIGTERM handler, so a
+// SIGTERM ends it as a SIGKILL does.
 
 // takesJobs reports whether the scheduler may give w new jobs (health
 // aside). Called with w.mu held.
@@ -54,27 +56,33 @@ func (w *worker) shutdownNotice(why string) {
 }
 
 // dialFailed records a failed dial. A dial refused by a worker that was
-// connected before is a shutdown notice, and the attempts on it cannot
-// finish: they are handed on now.
+// connected before means its process is gone, and the attempts on it
+// cannot finish (its history died with it): they are handed on now. The
+// worker drains when it had announced its shutdown, and is unhealthy at
+// once when it had not (a SIGKILL, a crash).
 func (w *worker) dialFailed(err error, wasConnected bool) {
-	if !wasConnected || !refused(err) {
-		w.mu.Lock()
-		if w.stopping {
-			w.seenDown = true
-		}
-		w.mu.Unlock()
-		return
-	}
-	w.shutdownNotice("dial refused")
 	w.mu.Lock()
-	w.seenDown = true
-	lost := make([]*attempt, 0, len(w.attempts))
-	for _, a := range w.attempts {
-		lost = append(lost, a)
+	if w.broken != "" {
+		w.brokenDown = true
+	}
+	stopping := w.stopping
+	if stopping {
+		w.seenDown = true
 	}
 	w.mu.Unlock()
-	for _, a := range lost {
-		a.push(event{kind: evLost, err: fmt.Errorf("worker %s shut down: %w", w.base.Redacted(), err)})
+	if !wasConnected || !refused(err) {
+		return
+	}
+	lost := fmt.Errorf("worker %s shut down: %w", w.base.Redacted(), err)
+	if !stopping {
+		w.unhealthyNow(fmt.Sprintf("its port refuses connections (%v)", err), lost)
+		return
+	}
+	w.mu.Lock()
+	as := w.attemptsLocked()
+	w.mu.Unlock()
+	for _, a := range as {
+		a.push(event{kind: evLost, err: lost})
 	}
 }
 

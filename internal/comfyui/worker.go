@@ -82,6 +82,27 @@ type worker struct {
 	// logsWanted is set once an attempt captures the run log; the session
 	// is subscribed to the worker's log stream from then on.
 	logsWanted atomic.Bool
+
+	// Health beyond answering (see health.go). reason is why the worker is
+	// not healthy; socketDown: its socket ended without a shutdown notice
+	// (or a dial was refused) and no dial has succeeded since; broken: its
+	// answers could not be matched to its prompts (brokenDown: a dial
+	// failed since); handedOn: the attempts of the current outage were
+	// handed on.
+	reason     string
+	socketDown bool
+	broken     string
+	brokenDown bool
+	handedOn   bool
+	// conn numbers the socket now open (0: none), so that an attempt can
+	// tell whether the socket it submitted on stayed up; conns counts them.
+	conn, conns uint64
+	// submitting counts the attempts waiting for POST /prompt's answer;
+	// meanwhile the messages for prompt ids no attempt claims are kept in
+	// unclaimed (see match.go).
+	submitting int
+	unclaimed  map[string][]event
+	unclaimedN int
 }
 
 func newWorker(p *Pool, idx int, cfg WorkerConfig, source string) (*worker, error) {
@@ -104,6 +125,7 @@ func newWorker(p *Pool, idx int, cfg WorkerConfig, source string) (*worker, erro
 		firstTry: make(chan struct{}),
 		attempts: map[string]*attempt{},
 		models:   modelLRU{size: p.cfg.AffinityModels},
+		reason:   "not connected yet",
 	}, nil
 }
 
@@ -113,49 +135,6 @@ func (w *worker) endpoint(route string, query url.Values) string {
 	u.Path = strings.TrimRight(u.Path, "/") + route
 	u.RawQuery = query.Encode()
 	return u.String()
-}
-
-// markOK records that the worker answered.
-func (w *worker) markOK() {
-	w.mu.Lock()
-	w.lastOK = time.Now()
-	became := !w.healthy && w.catalog != nil
-	if became {
-		w.healthy = true
-	}
-	w.mu.Unlock()
-	if became {
-		w.log.Info("worker is healthy")
-		w.pool.becameHealthy()
-		w.pool.catalogChanged()
-		w.pool.touch(w)
-	}
-}
-
-// markFailure records a failed contact; a worker silent for UnhealthyAfter
-// leaves the rotation and its attempts are lost.
-func (w *worker) markFailure(err error) {
-	// The catalog as it is (cached per change), kept for a pool whose last
-	// worker this is.
-	w.pool.unions()
-	w.mu.Lock()
-	if !w.healthy || time.Since(w.lastOK) < w.pool.cfg.UnhealthyAfter {
-		w.mu.Unlock()
-		return
-	}
-	w.healthy = false
-	w.models.reset() // whatever it held may be gone with it
-	lost := make([]*attempt, 0, len(w.attempts))
-	for _, a := range w.attempts {
-		lost = append(lost, a)
-	}
-	w.mu.Unlock()
-	w.log.Warn("worker stopped answering; out of rotation", zap.Error(err))
-	for _, a := range lost {
-		a.push(event{kind: evLost, err: fmt.Errorf("worker %s stopped answering: %w", w.base.Redacted(), err)})
-	}
-	w.pool.catalogChanged()
-	w.pool.touch(w)
 }
 
 func (w *worker) objectInfoIfHealthy() (map[string]json.RawMessage, bool) {
@@ -262,6 +241,7 @@ func (w *worker) connectLoop(ctx context.Context) {
 		}
 		reconnect = true
 		w.dialed()
+		w.socketUp()
 		w.markOK()
 		w.firstOnce.Do(func() { close(w.firstTry) })
 		if w.logsWanted.Load() {
@@ -279,7 +259,12 @@ func (w *worker) connectLoop(ctx context.Context) {
 		}
 		w.log.Warn("worker socket closed; reconnecting", zap.Error(err))
 		if shutdownClose(err) {
+			w.socketEnded("")
 			w.shutdownNotice("socket closed with " + websocket.CloseStatus(err).String())
+		} else {
+			// No notice: a killed process, a crashed host, a cut link. Out
+			// of rotation until a dial succeeds (see health.go).
+			w.socketEnded(fmt.Sprintf("its socket closed without a shutdown notice (%v)", err))
 		}
 		// A socket that stayed up a while starts the backoff over; one that
 		// drops at once (a proxy closing upgraded sockets, an oversized
@@ -476,13 +461,19 @@ func (w *worker) routeText(typ string, data json.RawMessage) {
 			w.lastEnded = head.PromptID
 		}
 	}
-	a := w.attempts[head.PromptID]
+	if head.PromptID != "" {
+		// Pushed under mu, so that claim (match.go) hands an attempt the
+		// messages kept for it before any later one.
+		e := event{kind: evMessage, typ: typ, data: data}
+		if a := w.attempts[head.PromptID]; a != nil {
+			a.push(e)
+		} else {
+			w.keepUnclaimed(head.PromptID, e)
+		}
+	}
 	w.mu.Unlock()
 	if typ == "status" {
 		w.pool.reindex(w) // its load changed
-	}
-	if a != nil && head.PromptID != "" {
-		a.push(event{kind: evMessage, typ: typ, data: data})
 	}
 }
 

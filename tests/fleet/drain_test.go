@@ -141,9 +141,12 @@ func TestColdWorkerClaimsNothing(t *testing.T) {
 	adminCall(t, http.MethodPost, admin+"/comfygate/workers/gpu", map[string]any{"url": warm.URL})
 	waitFor(t, "the first worker healthy", func() bool { return adminWorkers(t, admin)[warm.URL].Healthy })
 	client := &http.Client{Timeout: 30 * time.Second}
-	if _, err := submitJob(t, client, g.URL, slowJob(1, 0, "catalog")); err != nil {
+	first, err := submitJob(t, client, g.URL, slowJob(1, 0, "catalog"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Run there before the worker leaves (else the cold worker runs it too).
+	waitAll(t, client, g.URL, []string{first}, time.Minute)
 	adminCall(t, http.MethodDelete, admin+"/comfygate/workers/gpu?url="+url.QueryEscape(warm.URL), nil)
 	waitFor(t, "the pool at zero", func() bool { return len(adminWorkers(t, admin)) == 0 })
 

@@ -32,33 +32,9 @@ func peerPort(t *testing.T, p *comfyuipeer.Peer) int {
 	return port
 }
 
-// adminWorker is a worker as GET /comfygate/workers/<pool> lists it.
-type adminWorker struct {
-	URL      string
-	Healthy  bool
-	Running  int
-	Source   string
-	Draining bool
-	// DrainReason is why it drains: admin, dns:<name> or shutdown.
-	DrainReason string `json:"drain_reason"`
-}
-
-func adminWorkers(t *testing.T, admin string) map[string]adminWorker {
+func adminWorkers(t *testing.T, admin string) map[string]comfyui.WorkerState {
 	t.Helper()
-	resp, err := http.Get(admin + "/comfygate/workers/gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body struct{ Workers []adminWorker }
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
-		t.Fatalf("GET workers: %d", resp.StatusCode)
-	}
-	m := map[string]adminWorker{}
-	for _, w := range body.Workers {
-		m[w.URL] = w
-	}
-	return m
+	return gateway.AdminWorkers(t, admin, "gpu")
 }
 
 func adminCall(t *testing.T, method, u string, body any) {

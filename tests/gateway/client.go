@@ -110,6 +110,26 @@ func ReadEvents(t testing.TB, url string, timeout time.Duration) []SSEEvent {
 	return events
 }
 
+// CountEvents checks that the progress events' values never go down and
+// counts the events by name.
+func CountEvents(t testing.TB, events []SSEEvent) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	last := -1.0
+	for _, e := range events {
+		n[e.Name]++
+		if e.Name != "progress" {
+			continue
+		}
+		v, _ := e.Data["value"].(float64)
+		if v < last {
+			t.Errorf("progress went back from %v to %v", last, v)
+		}
+		last = v
+	}
+	return n
+}
+
 // ParseEvents reads server-sent events from r until it ends, calling
 // onEvent (if set) as each one completes. Data must be JSON objects.
 func ParseEvents(r io.Reader, onEvent func(SSEEvent)) ([]SSEEvent, error) {

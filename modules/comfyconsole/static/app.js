@@ -121,7 +121,7 @@ function renderOverview(o) {
   $("pools").replaceChildren(...o.pools.map((p) => {
     const workers = p.kind === "builtin"
       ? ["built-in executor, always healthy"]
-      : p.workers.map((w) => `${w.url}: ${w.draining ? `draining (${w.drain_reason || "removed"})` : w.healthy ? "healthy" : "unhealthy"}, ${w.running}/${w.capacity} running`);
+      : p.workers.map((w) => `${w.url}: ${w.draining ? `draining (${w.drain_reason || "removed"})` : w.healthy ? "healthy" : w.unhealthy_reason ? `unhealthy (${w.unhealthy_reason})` : "unhealthy"}, ${w.running}/${w.capacity} running`);
     return card(`${p.name} (${p.kind})`, `${p.queued} queued · ${p.running} running`, `capacity ${p.capacity} here`, ...workers);
   }));
   const u = o.last_hour.usage;

@@ -41,6 +41,20 @@ type Switches struct {
 	// CloseSocketsOnAccept accepts each /ws upgrade and closes it at once,
 	// like a proxy that drops upgraded connections.
 	CloseSocketsOnAccept bool
+	// OwnPromptIDs ignores the prompt_id a client sends and queues every
+	// prompt under an id of its own, named in the answer, as ComfyUI did
+	// before upstream commit 260a5ca5 (2025-07-14).
+	OwnPromptIDs bool
+	// AnswerDelay holds POST /prompt's answer this long after the prompt
+	// was queued, so that its first events (or all of them) come first.
+	AnswerDelay time.Duration
+	// UnmatchedAnswers queues every prompt under an id of its own and
+	// answers POST /prompt with another fresh id: a worker (or a proxy in
+	// front of it) whose answers cannot be matched to its prompts.
+	UnmatchedAnswers bool
+	// DropAnswers queues the prompt and closes the connection instead of
+	// answering POST /prompt (an answer lost on the way).
+	DropAnswers bool
 }
 
 // Options shape a peer at creation.

@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -95,7 +96,7 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := fmt.Sprint(body.PromptID)
-	if body.PromptID == nil {
+	if body.PromptID == nil || sw.OwnPromptIDs || sw.UnmatchedAnswers {
 		id = newID()
 	}
 	p.mu.Lock()
@@ -110,6 +111,16 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 	default:
 	}
 	p.broadcastStatus()
+	time.Sleep(sw.AnswerDelay)
+	if sw.DropAnswers {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	if sw.UnmatchedAnswers {
+		id = newID()
+	}
 	writeJSON(w, 200, map[string]any{"prompt_id": id, "number": pr.number, "node_errors": nodeErrors})
 }
 
