@@ -93,7 +93,7 @@ func callNode(t *testing.T, class string, inputs map[string]any, env Env) ([]any
 	if !ok {
 		t.Fatalf("no class %s", class)
 	}
-	r := &run{env: env, results: map[string][]any{}, counters: map[string]int{}}
+	r := newRun(nil, env, 0)
 	node := Node{ClassType: class, Inputs: map[string]any{}}
 	for k, v := range inputs {
 		switch v.(type) {

@@ -18,6 +18,23 @@ type nodeCall struct {
 	id   string
 	def  *nodeDef
 	node Node
+	// charged is what the node has charged to the run's memory so far.
+	charged int64
+}
+
+// charge accounts n bytes the node is about to allocate (see memory).
+func (c *nodeCall) charge(n int64) error {
+	if err := c.run.mem.charge(n); err != nil {
+		return err
+	}
+	c.charged += n
+	return nil
+}
+
+// release accounts n bytes the node has let go of.
+func (c *nodeCall) release(n int64) {
+	c.run.mem.release(n)
+	c.charged -= n
 }
 
 // raw returns an input's value with links resolved to the producing node's

@@ -83,11 +83,14 @@ func runImageCrop(c *nodeCall) ([]any, error) {
 // the region is clipped at the image edge the way tensor slicing clips it,
 // so the result may be smaller than width×height but never empty.
 func crop(im *Image, width, height, x, y int) *Image {
-	x = min(x, im.W-1)
-	y = min(y, im.H-1)
-	toX := min(x+width, im.W)
-	toY := min(y+height, im.H)
-	return subImage(im, x, y, toX-x, toY-y)
+	x, y, w, h := cropRect(im.W, im.H, width, height, x, y)
+	return subImage(im, x, y, w, h)
+}
+
+// cropRect is crop's region of a imW×imH image.
+func cropRect(imW, imH, width, height, x, y int) (x0, y0, w, h int) {
+	x0, y0 = min(x, imW-1), min(y, imH-1)
+	return x0, y0, min(x0+width, imW) - x0, min(y0+height, imH) - y0
 }
 
 // subImage copies the w×h region at (x, y) of every frame.

@@ -15,6 +15,7 @@ func inspectJPEG(r *bufio.Reader) (Info, error) {
 		return info, malformed("jpeg", "truncated")
 	}
 	var sof []byte
+	exifSeen := false // only the first Exif APP1 counts
 	for {
 		marker, err := nextMarker(r)
 		if err != nil {
@@ -57,12 +58,13 @@ func inspectJPEG(r *bufio.Reader) (Info, error) {
 			}
 			info.Progressive = marker == 0xC2
 			continue
-		case marker == 0xE1 && info.Orientation == 0:
+		case marker == 0xE1 && !exifSeen:
 			seg := make([]byte, n)
 			if _, err := io.ReadFull(r, seg); err != nil {
 				return info, malformed("jpeg", "truncated APP1")
 			}
 			if tiff, ok := bytes.CutPrefix(seg, []byte("Exif\x00\x00")); ok {
+				exifSeen = true
 				info.Orientation = exifOrientation(tiff)
 			}
 			continue

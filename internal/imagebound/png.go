@@ -16,6 +16,7 @@ const maxExifBytes = 1 << 20
 // IDAT (where tRNS and eXIf must be).
 func inspectPNG(r *bufio.Reader) (Info, error) {
 	info := Info{Format: "png", Frames: 1}
+	exifSeen := false // only the first eXIf counts
 	if err := skip(r, int64(len(pngSignature))); err != nil {
 		return info, malformed("png", "truncated")
 	}
@@ -45,14 +46,13 @@ func inspectPNG(r *bufio.Reader) (Info, error) {
 		case "tRNS":
 			info.Transparency = true
 		case "eXIf":
-			if length <= maxExifBytes {
+			if !exifSeen && length <= maxExifBytes {
+				exifSeen = true
 				b := make([]byte, length)
 				if _, err := io.ReadFull(r, b); err != nil {
 					return info, malformed("png", "truncated eXIf")
 				}
-				if info.Orientation == 0 {
-					info.Orientation = exifOrientation(b)
-				}
+				info.Orientation = exifOrientation(b)
 				length = 0
 			}
 		}
