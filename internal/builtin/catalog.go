@@ -179,7 +179,7 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageBlur,
-			cost:    sameShapeCost("image"),
+			cost:    costImageBlur,
 		},
 		{
 			name: "ImageBlend", displayName: "Image Blend", category: "image/postprocessing", pythonModule: "comfy_extras.nodes_post_processing", v3: true,

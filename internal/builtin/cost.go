@@ -73,6 +73,21 @@ func sameShapeCost(name string) func(c *nodeCall) ([]any, int64, error) {
 	}
 }
 
+// costImageBlur is the result and the bands' rows of one frame (frames run
+// one after the other).
+func costImageBlur(c *nodeCall) ([]any, int64, error) {
+	t, err := c.shape("image")
+	if err != nil {
+		return nil, 0, err
+	}
+	radius, err := c.intValue("blur_radius")
+	if err != nil {
+		return nil, 0, err
+	}
+	out := *t
+	return []any{&out}, out.bytes() + blurScratch(t.h, t.w, t.c, radius), nil
+}
+
 func costEmptyImage(c *nodeCall) ([]any, int64, error) {
 	var v [3]int
 	for i, name := range []string{"width", "height", "batch_size"} {

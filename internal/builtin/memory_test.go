@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/jpeg"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -349,4 +350,72 @@ func jpegWithOrientation(t *testing.T, o byte) []byte {
 	seg := []byte{0xFF, 0xE1, byte((len(app1) + 2) >> 8), byte(len(app1) + 2)}
 	j := buf.Bytes()
 	return append(append(append([]byte{}, j[:2]...), append(seg, app1...)...), j[2:]...)
+}
+
+// TestCostCoversWhatNodesAllocate runs every node once and compares what
+// it allocated (the heap's count) with its cost: the cost may leave out
+// only the small allocations (taps, kernels, row buffers), and must not
+// overstate much.
+func TestCostCoversWhatNodesAllocate(t *testing.T) {
+	const small = 96 << 10 // what a cost may leave out
+	src, err := newImage(2, 192, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Pix {
+		src.Pix[i] = float32(i%251) / 251
+	}
+	other, _ := newImage(1, 100, 90)
+	// Blur, save and preview work one frame after the other; their cost is one
+	// frame's, whose garbage the next one's collection reclaims.
+	frame := &Image{B: 1, H: src.H, W: src.W, C: 3, Pix: src.Pix[:src.H*src.W*3]}
+	cases := []struct {
+		class  string
+		inputs map[string]any
+	}{
+		{"EmptyImage", map[string]any{"width": 300.0, "height": 200.0, "batch_size": 2.0, "color": 7.0}},
+		{"ImageInvert", map[string]any{"image": src}},
+		{"ImageScale", map[string]any{"image": src, "upscale_method": "bicubic", "width": 300.0, "height": 300.0, "crop": "center"}},
+		{"ImageScale", map[string]any{"image": src, "upscale_method": "lanczos", "width": 100.0, "height": 400.0, "crop": "disabled"}},
+		{"ImageScaleBy", map[string]any{"image": src, "upscale_method": "area", "scale_by": 0.5}},
+		{"ImageCrop", map[string]any{"image": src, "width": 100.0, "height": 100.0, "x": 200.0, "y": 10.0}},
+		{"ImageFlip", map[string]any{"image": src, "flip_method": "y-axis: horizontally"}},
+		{"ImageRotate", map[string]any{"image": src, "rotation": "270 degrees"}},
+		{"ImageBlur", map[string]any{"image": frame, "blur_radius": 5.0, "sigma": 2.0}},
+		{"ImageBlend", map[string]any{"image1": src, "image2": other, "blend_factor": 0.5, "blend_mode": "overlay"}},
+		{"SaveImage", map[string]any{"images": frame, "filename_prefix": "x"}},
+		{"PreviewImage", map[string]any{"images": frame}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.class, func(t *testing.T) {
+			env := Env{PromptJSON: []byte(`{"prompt":"ünïcødé"}`), OnOutput: func(context.Context, Output) error { return nil }}
+			c := nodeCallFor(t, tc.class, tc.inputs, env)
+			_, cost, err := c.def.cost(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var allocated int64
+			allocated = allocatedBy(t, func() {
+				if _, err := c.def.run(c); err != nil {
+					t.Error(err)
+				}
+			})
+			if allocated > cost+small {
+				t.Errorf("the node allocated %d bytes, its cost is %d", allocated, cost)
+			}
+			if float64(cost) > 1.5*float64(allocated)+float64(pngEncoderBytes) {
+				t.Errorf("the cost %d overstates the %d bytes allocated", cost, allocated)
+			}
+		})
+	}
+}
+
+func allocatedBy(t *testing.T, f func()) int64 {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return int64(after.TotalAlloc - before.TotalAlloc)
 }
