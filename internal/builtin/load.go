@@ -277,8 +277,29 @@ func pixel8(src image.Image, x, y int, gray16 bool) (r, g, b, a uint8) {
 			return c.R, c.G, c.B, c.A
 		}
 	}
-	c := color.NRGBAModel.Convert(src.At(x, y)).(color.NRGBA)
-	return c.R, c.G, c.B, c.A
+	// Gray, RGBA, YCbCr, CMYK: RGBA64At gives what At(x, y).RGBA() does
+	// without boxing a color per pixel (gigabytes of garbage for a large
+	// JPEG), then color.NRGBAModel's conversion.
+	var cr, cg, cb, ca uint32
+	if s, ok := src.(image.RGBA64Image); ok {
+		c := s.RGBA64At(x, y)
+		cr, cg, cb, ca = uint32(c.R), uint32(c.G), uint32(c.B), uint32(c.A)
+	} else {
+		cr, cg, cb, ca = src.At(x, y).RGBA()
+	}
+	return nrgba8(cr, cg, cb, ca)
+}
+
+// nrgba8 is color.NRGBAModel's conversion of a premultiplied 16-bit
+// colour.
+func nrgba8(r, g, b, a uint32) (uint8, uint8, uint8, uint8) {
+	switch a {
+	case 0xffff:
+		return uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 0xff
+	case 0:
+		return 0, 0, 0, 0
+	}
+	return uint8((r * 0xffff) / a >> 8), uint8((g * 0xffff) / a >> 8), uint8((b * 0xffff) / a >> 8), uint8(a >> 8)
 }
 
 // orient applies an EXIF orientation the way ImageOps.exif_transpose does

@@ -385,10 +385,21 @@ func TestCostCoversWhatNodesAllocate(t *testing.T) {
 		{"ImageBlend", map[string]any{"image1": src, "image2": other, "blend_factor": 0.5, "blend_mode": "overlay"}},
 		{"SaveImage", map[string]any{"images": frame, "filename_prefix": "x"}},
 		{"PreviewImage", map[string]any{"images": frame}},
+		{"LoadImage", map[string]any{"image": "rgba.png"}},
+		{"LoadImage", map[string]any{"image": "interlaced16.png"}},
+		{"LoadImage", map[string]any{"image": "rotated.jpg"}},
+		{"LoadImage", map[string]any{"image": "progressive.jpg"}},
 	}
+	noise := image.NewNRGBA(image.Rect(0, 0, 300, 200))
+	for i := range noise.Pix {
+		noise.Pix[i] = uint8(i * 31)
+	}
+	files := map[string][]byte{"rgba.png": encodePNG(t, noise), "interlaced16.png": bombs.PNG(300, 200, 2, 16, true),
+		"rotated.jpg": jpegWithOrientation(t, 8), "progressive.jpg": bombs.JPEG(300, 200, 3, true)}
 	for _, tc := range cases {
 		t.Run(tc.class, func(t *testing.T) {
-			env := Env{PromptJSON: []byte(`{"prompt":"ünïcødé"}`), OnOutput: func(context.Context, Output) error { return nil }}
+			env := Env{PromptJSON: []byte(`{"prompt":"ünïcødé"}`), OnOutput: func(context.Context, Output) error { return nil },
+				OpenInput: sizedOpener(files)}
 			c := nodeCallFor(t, tc.class, tc.inputs, env)
 			_, cost, err := c.def.cost(c)
 			if err != nil {

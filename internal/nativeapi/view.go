@@ -132,10 +132,15 @@ func Composite(ctx context.Context, w io.Writer, original, mask io.ReadSeeker) e
 		return apierr.InvalidRequest("the mask is not an image comfygate can read (PNG or JPEG)")
 	}
 	mo := m.Bounds().Min
+	alpha := func(x, y int) uint8 { return color.NRGBAModel.Convert(m.At(x, y)).(color.NRGBA).A }
+	if m64, ok := m.(image.RGBA64Image); ok {
+		// The same alpha without boxing a color per pixel, which for a
+		// large mask is as much garbage as the image.
+		alpha = func(x, y int) uint8 { return uint8(m64.RGBA64At(x, y).A >> 8) }
+	}
 	for y := 0; y < b.Dy(); y++ {
 		for x := 0; x < b.Dx(); x++ {
-			a := color.NRGBAModel.Convert(m.At(mo.X+x, mo.Y+y)).(color.NRGBA).A
-			out.Pix[out.PixOffset(x, y)+3] = a
+			out.Pix[out.PixOffset(x, y)+3] = alpha(mo.X+x, mo.Y+y)
 		}
 	}
 	return png.Encode(w, out)
