@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/comfygate/comfygate/internal/jobs"
 )
 
 // The pool price and the per-account bounds: what parses, and what the
@@ -81,6 +83,75 @@ func TestPoolPriceOptions(t *testing.T) {
 				a.applyDefaults()
 				if err = a.provisionPools(); err == nil {
 					err = a.Validate()
+				}
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, a)
+		})
+	}
+}
+
+// The built-in executor's memory: one process budget for every builtin
+// pool, a bound per job on each.
+func TestBuiltinMemoryOptions(t *testing.T) {
+	builtinExec := func(a *App, pool string) *jobs.BuiltinExecutor { return a.executors[pool].exec.(*jobs.BuiltinExecutor) }
+	tests := []struct {
+		name    string
+		block   string
+		wantErr string
+		check   func(t *testing.T, a *App)
+	}{
+		{"defaults", ``, "", func(t *testing.T, a *App) {
+			b := builtinExec(a, BuiltinPool)
+			if b.Memory.Limit() != 1<<30 || b.JobMemory != 512<<20 {
+				t.Fatalf("budget %d, job %d; want 1 GiB and 512 MiB", b.Memory.Limit(), b.JobMemory)
+			}
+		}},
+		{"a small process", `builtin_memory 256MiB`, "", func(t *testing.T, a *App) {
+			if b := builtinExec(a, BuiltinPool); b.Memory.Limit() != 256<<20 || b.JobMemory != 256<<20 {
+				t.Fatalf("budget %d, job %d; want 256 MiB for both", b.Memory.Limit(), b.JobMemory)
+			}
+		}},
+		{"pools share the process's budget", `builtin_memory 4GiB
+			pool big builtin {
+				job_memory 3GiB
+			}
+			pool small builtin {
+				job_memory 100MB
+			}`, "", func(t *testing.T, a *App) {
+			big, small, def := builtinExec(a, "big"), builtinExec(a, "small"), builtinExec(a, BuiltinPool)
+			if big.Memory != small.Memory || big.Memory != def.Memory || big.Memory.Limit() != 4<<30 {
+				t.Fatal("the builtin pools do not share one budget of 4 GiB")
+			}
+			if big.JobMemory != 3<<30 || small.JobMemory != 100_000_000 || def.JobMemory != 512<<20 {
+				t.Fatalf("job bounds %d, %d, %d", big.JobMemory, small.JobMemory, def.JobMemory)
+			}
+		}},
+		{"a job over the process", `pool big builtin {
+				job_memory 2GiB
+			}`, "job_memory must be positive and at most builtin_memory", nil},
+		{"a comfyui pool", `pool gpu comfyui {
+				job_memory 1GiB
+			}`, "job_memory bounds builtin pools only", nil},
+		{"not a size", `builtin_memory lots`, "builtin_memory:", nil},
+		{"negative", `builtin_memory -1`, "builtin_memory:", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := new(App)
+			err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + tt.block + "\n}"))
+			if err == nil {
+				a.applyDefaults()
+				if err = a.Validate(); err == nil {
+					err = a.provisionPools()
 				}
 			}
 			if tt.wantErr != "" {
