@@ -117,7 +117,10 @@ func Execute(ctx context.Context, prompt map[string]Node, env Env) error {
 	if err := r.mem.reserve(ctx, need, env.OnMemoryWait); err != nil {
 		return err
 	}
-	defer r.mem.close()
+	defer func() {
+		clear(r.results) // what a failed run still holds is garbage for close
+		r.mem.close()
+	}()
 	return r.all(ctx, order)
 }
 
@@ -228,6 +231,7 @@ func (r *run) all(ctx context.Context, order []string) error {
 			return err
 		}
 		r.retire(id, readers)
+		r.mem.collect() // after retire: nothing references what was released now
 		if r.env.OnProgress != nil {
 			r.env.OnProgress(Progress{NodeID: id, ClassType: r.prompt[id].ClassType, NodesDone: i + 1, NodesTotal: len(order)})
 		}

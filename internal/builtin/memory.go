@@ -24,6 +24,10 @@ type memory struct {
 	reserved int64 // taken from budget
 	used     int64
 	peak     int64
+	// garbage is what was released since the last collect: memory that
+	// nothing should reference any more, but the caller that released it
+	// may still (see collect).
+	garbage int64
 	// held are the tensors the run's results hold, by identity (*Image,
 	// *Mask, or an estimate's *tensor), with how many result slots hold
 	// each: a node that passes its input through holds the same tensor.
@@ -78,11 +82,22 @@ func (m *memory) reserve(ctx context.Context, need int64, onWait func(need int64
 	return nil
 }
 
-// close gives the reservation back; what the run held is garbage now.
+// close gives the reservation back, once what the run held is collected:
+// the next run to take it allocates into that memory.
 func (m *memory) close() {
+	clear(m.held)
+	m.budget.Dropped(m.used + m.garbage)
 	m.budget.Release(m.reserved)
-	m.budget.Dropped(m.used)
-	m.reserved, m.used = 0, 0
+	m.reserved, m.used, m.garbage = 0, 0, 0
+}
+
+// collect hands what was released to the budget's collector. The executor
+// calls it between nodes, once nothing references what its nodes and the
+// retired results let go of: a collection while a variable still holds a
+// tensor would free nothing.
+func (m *memory) collect() {
+	m.budget.Dropped(m.garbage)
+	m.garbage = 0
 }
 
 // charge accounts n bytes about to be allocated.
@@ -104,13 +119,14 @@ func (m *memory) charge(n int64) error {
 	return nil
 }
 
-// release accounts n bytes that are no longer referenced.
+// release accounts n bytes that are no longer needed (collect hands them
+// to the collector).
 func (m *memory) release(n int64) {
 	if n <= 0 {
 		return
 	}
 	m.used -= n
-	m.budget.Dropped(n)
+	m.garbage += n
 }
 
 // keep settles a node that allocated charged bytes and returned out: the

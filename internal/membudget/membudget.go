@@ -101,17 +101,21 @@ func (b *Budget) Release(n int64) {
 // Dropped records that n bytes the work held are no longer referenced.
 // Once a sixteenth of the budget (at least 16 MiB) has been dropped since
 // the last collection, it collects before returning, so that the next
-// allocation reuses that memory instead of growing the heap. Only heap
-// objects with pointers are scanned, so a collection among large pixel
-// buffers is quick.
+// allocation reuses that memory instead of growing the heap. A collection
+// another goroutine started before these bytes were dropped may have seen
+// them still referenced, so Dropped waits for it and collects again unless
+// a collection that started after the drop took them. Only heap objects
+// with pointers are scanned, so a collection among large pixel buffers is
+// quick.
 func (b *Budget) Dropped(n int64) {
 	if b == nil || n <= 0 || b.garbage.Add(n) < b.slack {
 		return
 	}
-	if !b.gc.TryLock() {
-		return // another goroutine is collecting
-	}
+	b.gc.Lock()
 	defer b.gc.Unlock()
+	if b.garbage.Load() < b.slack {
+		return // a collection that started after the drop took it
+	}
 	b.garbage.Store(0)
 	runtime.GC()
 }

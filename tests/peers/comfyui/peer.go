@@ -41,6 +41,9 @@ type Switches struct {
 	// CloseSocketsOnAccept accepts each /ws upgrade and closes it at once,
 	// like a proxy that drops upgraded connections.
 	CloseSocketsOnAccept bool
+	// PreviewImage, when set, is what PreviewNode sends as every preview
+	// (a hostile worker's: a decompression bomb, say).
+	PreviewImage []byte
 }
 
 // Options shape a peer at creation.
