@@ -90,26 +90,24 @@ http://:{PORT} {
 // from the headers: 422), LoadImage on the built-in executor (the job
 // fails with node_execution_error), the console serving it, and a ComfyUI
 // worker sending it as its previews to a v2 event stream and a ComfyUI
-// socket — and measures the gateway's peak RSS for each bomb against its
-// idle RSS: within 100 MiB. Before the bounds, the first bomb alone
-// took the gateway from 64 MiB to 921 MiB through /upload/mask.
+// socket — and measures a fresh gateway's peak RSS on each surface against
+// its idle RSS: within 100 MiB. Before the bounds, the first bomb alone
+// took the gateway from 64 MiB to 924 MiB through /upload/mask.
 func TestDecodeBombs(t *testing.T) {
 	skipUnlessLinux(t)
-	peer := comfyuipeer.New(t, comfyuipeer.Options{})
-	g := gateway.Start(t, bombSite(peer.URL), gateway.Options{})
-	p := process{t: t, pid: g.PID()}
-	s := &bombSurfaces{t: t, g: g, peer: peer, proc: p}
-	s.attack("warm.png", gateway.GradientPNG(t, 64), false) // every code path once
-	idle := p.idle()
-	t.Logf("idle RSS %d MiB; peak RSS above it per surface (MiB):", idle/mib)
-	t.Logf("%-31s %7s %7s %7s %7s %7s %7s %7s", "bomb", "MB", "upload", "mask", "v2", "console", "load", "preview")
+	t.Logf("peak RSS above idle per surface (MiB):")
+	t.Logf("%-31s %7s %5s %7s %7s %7s %7s %7s %7s", "bomb", "MB", "idle", "upload", "mask", "v2", "console", "load", "preview")
 	for _, b := range bombList {
 		t.Run(b.name, func(t *testing.T) {
-			s.t, s.proc.t = t, t
-			data := b.build()
+			peer := comfyuipeer.New(t, comfyuipeer.Options{})
+			g := gateway.Start(t, bombSite(peer.URL), gateway.Options{})
+			s := &bombSurfaces{t: t, g: g, peer: peer, proc: process{t: t, pid: g.PID()}}
+			s.attack("warm.png", gateway.GradientPNG(t, 64), false) // every code path once
+			idle := s.proc.idle()
 			s.peaks = nil
+			data := b.build()
 			defer func() {
-				line := fmt.Sprintf("%-31s %7.2f", b.name, float64(len(data))/1e6)
+				line := fmt.Sprintf("%-31s %7.2f %5d", b.name, float64(len(data))/1e6, idle/mib)
 				for _, pk := range s.peaks {
 					line += fmt.Sprintf(" %+7d", (pk.peak-idle)/mib)
 					if pk.peak-idle > 100*mib {
