@@ -89,12 +89,9 @@ func costImageBlur(c *nodeCall) ([]any, int64, error) {
 }
 
 func costEmptyImage(c *nodeCall) ([]any, int64, error) {
-	var v [3]int
-	for i, name := range []string{"width", "height", "batch_size"} {
-		var err error
-		if v[i], err = c.intValue(name); err != nil {
-			return nil, 0, err
-		}
+	v, err := c.intValues("width", "height", "batch_size")
+	if err != nil {
+		return nil, 0, err
 	}
 	t, err := imageTensor(v[2], v[1], v[0])
 	if err != nil {
@@ -108,11 +105,9 @@ func costImageCrop(c *nodeCall) ([]any, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var v [4]int
-	for i, name := range []string{"width", "height", "x", "y"} {
-		if v[i], err = c.intValue(name); err != nil {
-			return nil, 0, err
-		}
+	v, err := c.intValues(cropWidgets...)
+	if err != nil {
+		return nil, 0, err
 	}
 	_, _, w, h := cropRect(t.w, t.h, v[0], v[1], v[2], v[3])
 	out := &tensor{b: t.b, h: h, w: w, c: t.c}
@@ -143,19 +138,7 @@ func costImageScale(c *nodeCall) ([]any, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	method, err := c.comboValue("upscale_method")
-	if err != nil {
-		return nil, 0, err
-	}
-	w, err := c.intValue("width")
-	if err != nil {
-		return nil, 0, err
-	}
-	h, err := c.intValue("height")
-	if err != nil {
-		return nil, 0, err
-	}
-	cropMode, err := c.comboValue("crop")
+	method, w, h, center, err := scaleWidgets(c)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -163,7 +146,7 @@ func costImageScale(c *nodeCall) ([]any, int64, error) {
 		return []any{t}, 0, nil
 	}
 	w, h = scaleTarget(t.w, t.h, w, h)
-	return upscaleCost(t, w, h, method, cropMode == "center")
+	return upscaleCost(t, w, h, method, center)
 }
 
 func costImageScaleBy(c *nodeCall) ([]any, int64, error) {
@@ -171,11 +154,7 @@ func costImageScaleBy(c *nodeCall) ([]any, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	method, err := c.comboValue("upscale_method")
-	if err != nil {
-		return nil, 0, err
-	}
-	s, err := c.floatValue("scale_by")
+	method, s, err := scaleByWidgets(c)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -161,6 +161,18 @@ func (c *nodeCall) intValue(name string) (int, error) {
 	return int(f), nil
 }
 
+// intValues reads INT widgets in order, stopping at the first error.
+func (c *nodeCall) intValues(names ...string) ([]int, error) {
+	v := make([]int, len(names))
+	for i, name := range names {
+		var err error
+		if v[i], err = c.intValue(name); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
 func (c *nodeCall) floatValue(name string) (float64, error) {
 	v, err := c.raw(name)
 	if err != nil {

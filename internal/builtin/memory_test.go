@@ -405,8 +405,7 @@ func TestCostCoversWhatNodesAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var allocated int64
-			allocated = allocatedBy(t, func() {
+			allocated := bombs.HeapAllocated(func() {
 				if _, err := c.def.run(c); err != nil {
 					t.Error(err)
 				}
@@ -419,16 +418,6 @@ func TestCostCoversWhatNodesAllocate(t *testing.T) {
 			}
 		})
 	}
-}
-
-func allocatedBy(t *testing.T, f func()) int64 {
-	t.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return int64(after.TotalAlloc - before.TotalAlloc)
 }
 
 // TestRunCollectsWhatItReleased: between nodes the heap holds what the run

@@ -10,19 +10,7 @@ func runImageScale(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	method, err := c.comboValue("upscale_method")
-	if err != nil {
-		return nil, err
-	}
-	w, err := c.intValue("width")
-	if err != nil {
-		return nil, err
-	}
-	h, err := c.intValue("height")
-	if err != nil {
-		return nil, err
-	}
-	cropMode, err := c.comboValue("crop")
+	method, w, h, center, err := scaleWidgets(c)
 	if err != nil {
 		return nil, err
 	}
@@ -30,11 +18,27 @@ func runImageScale(c *nodeCall) ([]any, error) {
 		return []any{im}, nil
 	}
 	w, h = scaleTarget(im.W, im.H, w, h)
-	out, err := commonUpscale(im, w, h, method, cropMode == "center")
+	out, err := commonUpscale(im, w, h, method, center)
 	if err != nil {
 		return nil, err
 	}
 	return []any{out}, nil
+}
+
+// scaleWidgets reads ImageScale's widgets: the method, the size (either
+// may be 0) and whether to crop to the center.
+func scaleWidgets(c *nodeCall) (method string, w, h int, center bool, err error) {
+	if method, err = c.comboValue("upscale_method"); err != nil {
+		return
+	}
+	if w, err = c.intValue("width"); err != nil {
+		return
+	}
+	if h, err = c.intValue("height"); err != nil {
+		return
+	}
+	cropMode, err := c.comboValue("crop")
+	return method, w, h, cropMode == "center", err
 }
 
 func runImageScaleBy(c *nodeCall) ([]any, error) {
@@ -42,11 +46,7 @@ func runImageScaleBy(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	method, err := c.comboValue("upscale_method")
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.floatValue("scale_by")
+	method, s, err := scaleByWidgets(c)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +68,15 @@ func scaleTarget(imW, imH, w, h int) (int, int) {
 		h = max(1, int(math.RoundToEven(float64(imH)*float64(w)/float64(imW))))
 	}
 	return w, h
+}
+
+// scaleByWidgets reads ImageScaleBy's widgets.
+func scaleByWidgets(c *nodeCall) (method string, s float64, err error) {
+	if method, err = c.comboValue("upscale_method"); err != nil {
+		return
+	}
+	s, err = c.floatValue("scale_by")
+	return method, s, err
 }
 
 // scaleByTarget is ImageScaleBy's size.

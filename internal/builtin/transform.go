@@ -4,23 +4,11 @@ package builtin
 // rearrangements. Their results equal ComfyUI's bit for bit.
 
 func runEmptyImage(c *nodeCall) ([]any, error) {
-	w, err := c.intValue("width")
+	v, err := c.intValues("width", "height", "batch_size", "color")
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.intValue("height")
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.intValue("batch_size")
-	if err != nil {
-		return nil, err
-	}
-	color, err := c.intValue("color")
-	if err != nil {
-		return nil, err
-	}
-	im, err := emptyImage(w, h, b, color)
+	im, err := emptyImage(v[0], v[1], v[2], v[3])
 	if err != nil {
 		return nil, err
 	}
@@ -70,14 +58,15 @@ func runImageCrop(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v [4]int
-	for i, name := range []string{"width", "height", "x", "y"} {
-		if v[i], err = c.intValue(name); err != nil {
-			return nil, err
-		}
+	v, err := c.intValues(cropWidgets...)
+	if err != nil {
+		return nil, err
 	}
 	return []any{crop(im, v[0], v[1], v[2], v[3])}, nil
 }
+
+// cropWidgets are ImageCrop's widgets, in crop's order.
+var cropWidgets = []string{"width", "height", "x", "y"}
 
 // crop follows ImageCrop: x and y are clamped to the last column/row, and
 // the region is clipped at the image edge the way tensor slicing clips it,

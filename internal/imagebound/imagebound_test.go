@@ -8,7 +8,6 @@ import (
 	"image"
 	"image/jpeg"
 	"image/png"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -224,14 +223,12 @@ func TestDecodeRefusesGIF(t *testing.T) {
 // allocatedBy is the heap bytes f allocated.
 func allocatedBy(t *testing.T, f func() error) int64 {
 	t.Helper()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	if err := f(); err != nil {
+	var err error
+	n := bombs.HeapAllocated(func() { err = f() })
+	if err != nil {
 		t.Fatal(err)
 	}
-	runtime.ReadMemStats(&after)
-	return int64(after.TotalAlloc - before.TotalAlloc)
+	return n
 }
 
 func encodePNG(t *testing.T, im image.Image) []byte {

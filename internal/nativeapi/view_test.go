@@ -7,7 +7,6 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -122,7 +121,7 @@ func TestCompositeRefusesBombs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			allocated := allocatedBy(func() {
+			allocated := bombs.HeapAllocated(func() {
 				err = Composite(context.Background(), &bytes.Buffer{}, bytes.NewReader(tc.original), bytes.NewReader(tc.mask))
 			})
 			e, ok := apierr.As(err)
@@ -153,13 +152,4 @@ func TestCompositeWaitsForTheBudget(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Composite while the budget is held = %v, want the context's error", err)
 	}
-}
-
-func allocatedBy(f func()) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return int64(after.TotalAlloc - before.TotalAlloc)
 }

@@ -9,15 +9,52 @@ import (
 	"github.com/comfygate/comfygate/internal/jobs"
 )
 
+// appCase is a comfygate block's body and what it must give: the error
+// its configuration fails with (a substring), or an app check passes.
+type appCase struct {
+	name    string
+	block   string
+	wantErr string
+	check   func(t *testing.T, a *App)
+}
+
+func runAppCases(t *testing.T, cases []appCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := provisionedApp(tt.block)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, a)
+		})
+	}
+}
+
+// provisionedApp is the app of a comfygate block's body, with its defaults
+// applied, its configuration validated and its pools provisioned.
+func provisionedApp(block string) (*App, error) {
+	a := new(App)
+	if err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + block + "\n}")); err != nil {
+		return nil, err
+	}
+	a.applyDefaults()
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return a, a.provisionPools()
+}
+
 // The pool price and the per-account bounds: what parses, and what the
 // parser or the app's validation refuses.
 func TestPoolPriceOptions(t *testing.T) {
-	tests := []struct {
-		name    string
-		block   string
-		wantErr string
-		check   func(t *testing.T, a *App)
-	}{
+	tests := []appCase{
 		{"price and bounds", `pool gpu builtin {
 				price {
 					per_job 3
@@ -75,40 +112,14 @@ func TestPoolPriceOptions(t *testing.T) {
 				account_max_queued -1
 			}`, "must not be negative", nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := new(App)
-			err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + tt.block + "\n}"))
-			if err == nil {
-				a.applyDefaults()
-				if err = a.provisionPools(); err == nil {
-					err = a.Validate()
-				}
-			}
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, a)
-		})
-	}
+	runAppCases(t, tests)
 }
 
 // The built-in executor's memory: one process budget for every builtin
 // pool, a bound per job on each.
 func TestBuiltinMemoryOptions(t *testing.T) {
 	builtinExec := func(a *App, pool string) *jobs.BuiltinExecutor { return a.executors[pool].exec.(*jobs.BuiltinExecutor) }
-	tests := []struct {
-		name    string
-		block   string
-		wantErr string
-		check   func(t *testing.T, a *App)
-	}{
+	tests := []appCase{
 		{"defaults", ``, "", func(t *testing.T, a *App) {
 			b := builtinExec(a, BuiltinPool)
 			if b.Memory.Limit() != 1<<30 || b.JobMemory != 512<<20 {
@@ -144,26 +155,5 @@ func TestBuiltinMemoryOptions(t *testing.T) {
 		{"not a size", `builtin_memory lots`, "builtin_memory:", nil},
 		{"negative", `builtin_memory -1`, "builtin_memory:", nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := new(App)
-			err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + tt.block + "\n}"))
-			if err == nil {
-				a.applyDefaults()
-				if err = a.Validate(); err == nil {
-					err = a.provisionPools()
-				}
-			}
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, a)
-		})
-	}
+	runAppCases(t, tests)
 }

@@ -13,6 +13,7 @@ import (
 	"image"
 	"image/color"
 	"image/gif"
+	"runtime"
 )
 
 // PNG is a w×h PNG of zeros with IHDR's colour type and bit depth, Adam7
@@ -168,4 +169,16 @@ func GIF(w, h, frames int) []byte {
 	}
 	out.WriteByte(0x3B)
 	return out.Bytes()
+}
+
+// HeapAllocated is what f allocates on the heap (runtime.MemStats'
+// TotalAlloc, from a collection before f): garbage included, so at least
+// the most f held at once.
+func HeapAllocated(f func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return int64(after.TotalAlloc - before.TotalAlloc)
 }

@@ -7,7 +7,6 @@
 package memory
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -15,11 +14,10 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/comfygate/comfygate/tests/bench"
 	"github.com/comfygate/comfygate/tests/gateway"
 )
 
@@ -31,28 +29,14 @@ type process struct {
 	pid int
 }
 
-// kib is a "<field>: <n> kB" line of /proc/<pid>/status, in bytes.
+// status is a field of /proc/<pid>/status, in bytes.
 func (p process) status(field string) int64 {
 	p.t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.pid))
+	kb, err := bench.StatusKB(p.pid, field)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		return n << 10
-	}
-	p.t.Fatalf("no %s in /proc/%d/status", field, p.pid)
-	return 0
+	return kb << 10
 }
 
 // rss is the resident set now.
