@@ -116,9 +116,7 @@ func blur(ctx context.Context, im *Image, radius int, sigma float64) (*Image, er
 	}
 	p := newBlurPlan(radius, sigma, im.H, im.W, im.C)
 	out := &Image{B: im.B, H: im.H, W: im.W, C: im.C, Pix: make([]float32, len(im.Pix))}
-	// A band recomputes the row pass of the 2r rows it shares with its
-	// neighbours; bands shorter than 4r rows would waste more than they gain.
-	bands := max(1, min(runtime.GOMAXPROCS(0), im.H/(4*radius)))
+	bands := blurBands(im.H, radius)
 	for b := 0; b < im.B; b++ {
 		in, dst := im.frame(b), out.frame(b)
 		errs := make([]error, bands)
@@ -137,6 +135,24 @@ func blur(ctx context.Context, im *Image, radius int, sigma float64) (*Image, er
 	return out, nil
 }
 
+// blurBands is how many bands a frame is cut into: one per CPU, but a band
+// recomputes the row pass of the 2r rows it shares with its neighbours,
+// and bands shorter than 4r rows would waste more than they gain.
+func blurBands(h, radius int) int {
+	return max(1, min(runtime.GOMAXPROCS(0), h/(4*radius)))
+}
+
+// blurScratch is what the bands of one frame allocate (see band).
+func blurScratch(h, w, c, radius int) int64 {
+	size := 2*radius + 1
+	strip := min(blurStrip(size, c), w)
+	n := min(size, h) // at most: a band's ring rows
+	return int64(blurBands(h, radius)) * (8*int64(n*strip*c) + 8*int64(strip+2*radius) + 24*int64(size))
+}
+
+// blurStrip is the width of a band's strips of columns.
+func blurStrip(size, c int) int { return max(16, ringBytes/(8*size*c)) }
+
 // blurPlan is what every band of every frame shares: the 1D weights (2r+1
 // of them), the frame's shape, the source column of each padded column and
 // the width of the strips a band is cut into.
@@ -150,7 +166,7 @@ type blurPlan struct {
 
 func newBlurPlan(radius int, sigma float64, h, width, c int) *blurPlan {
 	p := &blurPlan{w: separableKernel(2*radius+1, sigma), r: radius, h: h, width: width, c: c}
-	p.strip = max(16, ringBytes/(8*len(p.w)*c))
+	p.strip = blurStrip(len(p.w), c)
 	p.cols = make([]int, width+2*radius)
 	for i := range p.cols {
 		p.cols[i] = reflectIndex(i-radius, width)

@@ -37,6 +37,10 @@ type nodeDef struct {
 	outputs    []string
 	outputNode bool
 	run        func(c *nodeCall) ([]any, error)
+	// cost is what run allocates (see cost.go); chargesItself marks a run
+	// that charges as it goes, whose cost serves estimates only.
+	cost          func(c *nodeCall) ([]any, int64, error)
+	chargesItself bool
 }
 
 func intInput(name string, def, lo, hi int, extra map[string]any) inputDef {
@@ -71,9 +75,11 @@ func buildCatalog() map[string]*nodeDef {
 			name: "LoadImage", displayName: "Load Image", category: "image", pythonModule: "nodes",
 			// The option list is empty: file names are the caller's assets,
 			// which the gateway resolves, not a directory listing.
-			required: []inputDef{{name: "image", typ: "COMBO", options: []string{}, meta: map[string]any{"image_upload": true}}},
-			outputs:  []string{"IMAGE", "MASK"},
-			run:      runLoadImage,
+			required:      []inputDef{{name: "image", typ: "COMBO", options: []string{}, meta: map[string]any{"image_upload": true}}},
+			outputs:       []string{"IMAGE", "MASK"},
+			run:           runLoadImage,
+			cost:          costLoadImage,
+			chargesItself: true,
 		},
 		{
 			name: "SaveImage", displayName: "Save Image", category: "image", pythonModule: "nodes",
@@ -83,14 +89,16 @@ func buildCatalog() map[string]*nodeDef {
 				{name: "filename_prefix", typ: "STRING", meta: map[string]any{"default": "ComfyUI", "tooltip": "The prefix for the file to save. This may include formatting information such as %date:yyyy-MM-dd% or %Empty Latent Image.width% to include values from nodes."}},
 			},
 			hidden: true, outputNode: true,
-			run: runSaveImage,
+			run:  runSaveImage,
+			cost: costSave,
 		},
 		{
 			name: "PreviewImage", displayName: "Preview Image", category: "image", pythonModule: "nodes",
 			description: "Saves the input images to your ComfyUI output directory.",
 			required:    []inputDef{socketInput("images", "IMAGE")},
 			hidden:      true, outputNode: true,
-			run: runPreviewImage,
+			run:  runPreviewImage,
+			cost: costSave,
 		},
 		{
 			name: "EmptyImage", displayName: "EmptyImage", category: "image", pythonModule: "nodes",
@@ -102,12 +110,14 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runEmptyImage,
+			cost:    costEmptyImage,
 		},
 		{
 			name: "ImageInvert", displayName: "Invert Image", category: "image", pythonModule: "nodes",
 			required: []inputDef{socketInput("image", "IMAGE")},
 			outputs:  []string{"IMAGE"},
 			run:      runImageInvert,
+			cost:     sameShapeCost("image"),
 		},
 		{
 			name: "ImageScale", displayName: "Upscale Image", category: "image/upscaling", pythonModule: "nodes",
@@ -120,6 +130,7 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageScale,
+			cost:    costImageScale,
 		},
 		{
 			name: "ImageScaleBy", displayName: "Upscale Image By", category: "image/upscaling", pythonModule: "nodes",
@@ -130,6 +141,7 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageScaleBy,
+			cost:    costImageScaleBy,
 		},
 		{
 			name: "ImageCrop", displayName: "Image Crop", category: "image/transform", pythonModule: "comfy_extras.nodes_images",
@@ -142,18 +154,21 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageCrop,
+			cost:    costImageCrop,
 		},
 		{
 			name: "ImageFlip", displayName: "ImageFlip", category: "image/transform", pythonModule: "comfy_extras.nodes_images",
 			required: []inputDef{socketInput("image", "IMAGE"), comboInput("flip_method", []string{"x-axis: vertically", "y-axis: horizontally"})},
 			outputs:  []string{"IMAGE"},
 			run:      runImageFlip,
+			cost:     sameShapeCost("image"),
 		},
 		{
 			name: "ImageRotate", displayName: "ImageRotate", category: "image/transform", pythonModule: "comfy_extras.nodes_images",
 			required: []inputDef{socketInput("image", "IMAGE"), comboInput("rotation", []string{"none", "90 degrees", "180 degrees", "270 degrees"})},
 			outputs:  []string{"IMAGE"},
 			run:      runImageRotate,
+			cost:     costImageRotate,
 		},
 		{
 			name: "ImageBlur", displayName: "Image Blur", category: "image/postprocessing", pythonModule: "comfy_extras.nodes_post_processing", v3: true,
@@ -164,6 +179,7 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageBlur,
+			cost:    costImageBlur,
 		},
 		{
 			name: "ImageBlend", displayName: "Image Blend", category: "image/postprocessing", pythonModule: "comfy_extras.nodes_post_processing", v3: true,
@@ -175,6 +191,7 @@ func buildCatalog() map[string]*nodeDef {
 			},
 			outputs: []string{"IMAGE"},
 			run:     runImageBlend,
+			cost:    costImageBlend,
 		},
 	}
 	m := make(map[string]*nodeDef, len(defs))

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+
+	"github.com/comfygate/comfygate/internal/membudget"
 )
 
 // Node is one entry of an API-format prompt. A linked input is
@@ -41,6 +43,18 @@ type Env struct {
 	// Subfolder (for example the job id), so outputs of different jobs never
 	// share a path while file names keep ComfyUI's form.
 	JobPrefix string
+	// Memory is the process's budget for runs: a run takes the peak it
+	// estimates before its first node (waiting while other runs hold the
+	// budget) and gives it back when it ends. Nil: unbounded.
+	Memory *membudget.Budget
+	// JobMemory bounds what one run holds at once (and is at most
+	// Memory's size). A prompt that needs more fails before its first node
+	// when its estimate shows it, else at the node that crosses it. 0:
+	// Memory's size.
+	JobMemory int64
+	// OnMemoryWait, if set, is called when the run has to wait for the
+	// need bytes it takes from Memory.
+	OnMemoryWait func(need int64)
 }
 
 // Progress reports that a node finished. Steps is the node's step count
@@ -84,25 +98,128 @@ var ErrNoOutputs = errors.New("builtin: prompt has no output node")
 // dependency order. It checks ctx before every node and returns ctx.Err()
 // when it is done; a failing node yields a *NodeError; an OnOutput error is
 // returned wrapped.
+//
+// Before the first node it estimates the most memory the run will hold
+// (see estimate): over env.JobMemory, the run fails at once with a
+// *NodeError on the node that crosses it; otherwise that much is taken
+// from env.Memory for the run.
 func Execute(ctx context.Context, prompt map[string]Node, env Env) error {
 	order, err := plan(prompt)
 	if err != nil {
 		return err
 	}
-	r := &run{prompt: prompt, env: env, results: make(map[string][]any, len(order)), counters: map[string]int{}}
+	need, err := estimate(ctx, prompt, order, env)
+	var me *MemoryError
+	if errors.As(err, &me) {
+		return &NodeError{NodeID: me.NodeID, ClassType: me.ClassType, Message: me.Error()}
+	}
+	r := newRun(prompt, env, len(order))
+	if err := r.mem.reserve(ctx, need, env.OnMemoryWait); err != nil {
+		return err
+	}
+	defer func() {
+		clear(r.results) // what a failed run still holds is garbage for close
+		r.mem.close()
+	}()
 	return r.all(ctx, order)
 }
 
-// all runs the nodes of order, one after the other. A node's outputs are
-// dropped once the last node that reads them has run, so a chain of nodes
-// holds two images at a time rather than one per node.
-func (r *run) all(ctx context.Context, order []string) error {
+// CheckMemory estimates what running prompt holds at once without opening
+// any input and returns a *MemoryError naming the node where it passes
+// limit. What depends on an input file (LoadImage and the nodes that read
+// it) counts for nothing here; Execute charges it once the file is open.
+// A prompt that does not plan is not checked: the validator or the run
+// reports it.
+func CheckMemory(prompt map[string]Node, limit int64) error {
+	order, err := plan(prompt)
+	if err != nil {
+		return nil
+	}
+	_, err = estimate(context.Background(), prompt, order, Env{JobMemory: limit})
+	return err
+}
+
+func newRun(prompt map[string]Node, env Env, nodes int) *run {
+	return &run{prompt: prompt, env: env, results: make(map[string][]any, nodes), counters: map[string]int{},
+		mem: newMemory(env.Memory, env.JobMemory)}
+}
+
+// estimate follows the prompt's tensors through order without computing
+// any pixel: every node's cost (see cost.go) is charged, its outputs held
+// until their last reader has run, as the run will. It returns the most
+// held at once, or a *MemoryError at the first node where that passes the
+// run's bound. A node whose cost cannot be told beforehand (its input file
+// cannot be read, a widget does not parse) counts for nothing, and so do
+// the nodes that read its outputs: the estimate is then what the run holds
+// at least, and the run charges the rest when it knows it.
+func estimate(ctx context.Context, prompt map[string]Node, order []string, env Env) (int64, error) {
+	r := newRun(prompt, env, len(order))
+	r.mem.budget = nil // an estimate takes nothing
+	readers := r.readers(order)
+	for _, id := range order {
+		n := prompt[id]
+		d := catalog[n.ClassType]
+		c := &nodeCall{ctx: ctx, run: r, id: id, def: d, node: n}
+		outs, cost, err := d.cost(c)
+		if err != nil {
+			outs, cost = make([]any, len(d.outputs)), 0
+			for i := range outs {
+				outs[i] = unknownOutput{}
+			}
+		}
+		if err := r.mem.charge(cost); err != nil {
+			return r.mem.peak, nodeMemoryError(err, id, n.ClassType)
+		}
+		if err := r.mem.keep(outs, cost); err != nil {
+			return r.mem.peak, nodeMemoryError(err, id, n.ClassType)
+		}
+		r.results[id] = outs
+		r.retire(id, readers)
+	}
+	return r.mem.peak, nil
+}
+
+// nodeMemoryError names the node on a *MemoryError.
+func nodeMemoryError(err error, id, class string) error {
+	var me *MemoryError
+	if errors.As(err, &me) {
+		me.NodeID, me.ClassType = id, class
+	}
+	return err
+}
+
+// readers counts, for every node of order, the links that read its
+// outputs.
+func (r *run) readers(order []string) map[string]int {
 	readers := make(map[string]int, len(order))
 	for _, id := range order {
 		for _, src := range r.sources(id) {
 			readers[src]++
 		}
 	}
+	return readers
+}
+
+// retire drops the outputs that node id was the last reader of (and its
+// own, when nothing reads them), so that a chain of nodes holds two images
+// at a time rather than one per node.
+func (r *run) retire(id string, readers map[string]int) {
+	for _, src := range r.sources(id) {
+		if readers[src]--; readers[src] == 0 {
+			r.mem.drop(r.results[src])
+			delete(r.results, src)
+		}
+	}
+	if readers[id] == 0 {
+		r.mem.drop(r.results[id])
+		delete(r.results, id)
+	}
+}
+
+// all runs the nodes of order, one after the other, retiring outputs as
+// their last reader has run.
+func (r *run) all(ctx context.Context, order []string) error {
+	readers := r.readers(order)
 	for i, id := range order {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -113,14 +230,8 @@ func (r *run) all(ctx context.Context, order []string) error {
 		if err := r.execute(ctx, id); err != nil {
 			return err
 		}
-		for _, src := range r.sources(id) {
-			if readers[src]--; readers[src] == 0 {
-				delete(r.results, src)
-			}
-		}
-		if readers[id] == 0 {
-			delete(r.results, id)
-		}
+		r.retire(id, readers)
+		r.mem.collect() // after retire: nothing references what was released now
 		if r.env.OnProgress != nil {
 			r.env.OnProgress(Progress{NodeID: id, ClassType: r.prompt[id].ClassType, NodesDone: i + 1, NodesTotal: len(order)})
 		}
@@ -264,10 +375,14 @@ type run struct {
 	// counters holds the next SaveImage counter per subfolder/prefix: the
 	// per-job stand-in for ComfyUI's "highest existing file + 1".
 	counters map[string]int
+	mem      *memory
 }
 
 // execute runs one node, turning failures and panics into *NodeError and
-// storing its outputs for its consumers.
+// storing its outputs for its consumers. The node's cost is charged before
+// it runs (a node that charges itself, LoadImage, does so as it learns
+// it); what it does not keep as outputs is released when it returns. A
+// cost that cannot be told leaves the node to fail as it would.
 func (r *run) execute(ctx context.Context, id string) (err error) {
 	n := r.prompt[id]
 	d := catalog[n.ClassType]
@@ -277,6 +392,13 @@ func (r *run) execute(ctx context.Context, id string) (err error) {
 			err = &NodeError{NodeID: id, ClassType: n.ClassType, Message: fmt.Sprint(p), Traceback: string(debug.Stack())}
 		}
 	}()
+	if !d.chargesItself {
+		if _, cost, cerr := d.cost(c); cerr == nil {
+			if err := c.charge(cost); err != nil {
+				return &NodeError{NodeID: id, ClassType: n.ClassType, Message: err.Error()}
+			}
+		}
+	}
 	out, err := d.run(c)
 	if err != nil {
 		var ne *NodeError
@@ -289,6 +411,9 @@ func (r *run) execute(ctx context.Context, id string) (err error) {
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			return err
 		}
+		return &NodeError{NodeID: id, ClassType: n.ClassType, Message: err.Error()}
+	}
+	if err := r.mem.keep(out, c.charged); err != nil {
 		return &NodeError{NodeID: id, ClassType: n.ClassType, Message: err.Error()}
 	}
 	r.results[id] = out

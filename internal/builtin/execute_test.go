@@ -148,7 +148,7 @@ func TestExecuteDropsOutputsAfterLastReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &run{prompt: prompt, results: map[string][]any{}, counters: map[string]int{}}
+	r := newRun(prompt, Env{}, len(order))
 	held := map[string][]string{}
 	r.env.OnOutput = func(context.Context, Output) error { return nil }
 	r.env.OnProgress = func(p Progress) {

@@ -89,11 +89,18 @@ func opener(files map[string][]byte) func(context.Context, string) (io.ReadClose
 // as values under "__linked__<name>" so tests can feed tensors directly.
 func callNode(t *testing.T, class string, inputs map[string]any, env Env) ([]any, error) {
 	t.Helper()
+	c := nodeCallFor(t, class, inputs, env)
+	return c.def.run(c)
+}
+
+// nodeCallFor is callNode's call, not yet run.
+func nodeCallFor(t *testing.T, class string, inputs map[string]any, env Env) *nodeCall {
+	t.Helper()
 	d, ok := catalog[class]
 	if !ok {
 		t.Fatalf("no class %s", class)
 	}
-	r := &run{env: env, results: map[string][]any{}, counters: map[string]int{}}
+	r := newRun(nil, env, 0)
 	node := Node{ClassType: class, Inputs: map[string]any{}}
 	for k, v := range inputs {
 		switch v.(type) {
@@ -106,6 +113,5 @@ func callNode(t *testing.T, class string, inputs map[string]any, env Env) ([]any
 		}
 	}
 	r.prompt = map[string]Node{"n": node}
-	c := &nodeCall{ctx: context.Background(), run: r, id: "n", def: d, node: node}
-	return d.run(c)
+	return &nodeCall{ctx: context.Background(), run: r, id: "n", def: d, node: node}
 }

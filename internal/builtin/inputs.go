@@ -18,6 +18,23 @@ type nodeCall struct {
 	id   string
 	def  *nodeDef
 	node Node
+	// charged is what the node has charged to the run's memory so far.
+	charged int64
+}
+
+// charge accounts n bytes the node is about to allocate (see memory).
+func (c *nodeCall) charge(n int64) error {
+	if err := c.run.mem.charge(n); err != nil {
+		return err
+	}
+	c.charged += n
+	return nil
+}
+
+// release accounts n bytes the node has let go of.
+func (c *nodeCall) release(n int64) {
+	c.run.mem.release(n)
+	c.charged -= n
 }
 
 // raw returns an input's value with links resolved to the producing node's
@@ -142,6 +159,18 @@ func (c *nodeCall) intValue(name string) (int, error) {
 		return 0, fmt.Errorf("%s: Value %v out of range", name, f)
 	}
 	return int(f), nil
+}
+
+// intValues reads INT widgets in order, stopping at the first error.
+func (c *nodeCall) intValues(names ...string) ([]int, error) {
+	v := make([]int, len(names))
+	for i, name := range names {
+		var err error
+		if v[i], err = c.intValue(name); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 func (c *nodeCall) floatValue(name string) (float64, error) {

@@ -81,16 +81,16 @@ func clip8(v int64) uint8 {
 	return uint8(v >> precisionBits)
 }
 
-// resample8 runs one pass over an 8-bit RGB plane of size w×h, producing
-// either a new width (horizontal) or a new height.
-func resample8(src []uint8, w, h int, fc fixedCoeffs, horizontal bool) ([]uint8, int, int) {
+// resample8 runs one pass over an 8-bit RGB plane of size w×h into dst,
+// producing either a new width (horizontal) or a new height.
+func resample8(src []uint8, w, h int, fc fixedCoeffs, horizontal bool, dst []uint8) []uint8 {
 	ow, oh := w, h
 	if horizontal {
 		ow = len(fc.k)
 	} else {
 		oh = len(fc.k)
 	}
-	dst := make([]uint8, ow*oh*3)
+	dst = dst[:ow*oh*3]
 	for y := 0; y < oh; y++ {
 		for x := 0; x < ow; x++ {
 			for ch := 0; ch < 3; ch++ {
@@ -108,15 +108,36 @@ func resample8(src []uint8, w, h int, fc fixedCoeffs, horizontal bool) ([]uint8,
 			}
 		}
 	}
-	return dst, ow, oh
+	return dst
+}
+
+// lanczosScratch is the size of resizeLanczos's 8-bit planes for a sw×sh
+// source and a w×h result: the source's, and each pass's result, reused
+// from frame to frame.
+func lanczosScratch(sw, sh, w, h int) int64 {
+	n := 3 * int64(sw) * int64(sh)
+	if w != sw {
+		n += 3 * int64(w) * int64(sh)
+	}
+	if h != sh {
+		n += 3 * int64(w) * int64(h)
+	}
+	return n
 }
 
 func resizeLanczos(im *Image, w, h int) *Image {
 	out := &Image{B: im.B, H: h, W: w, C: 3, Pix: make([]float32, im.B*h*w*3)}
 	horiz, vert := precomputeCoeffs(im.W, w), precomputeCoeffs(im.H, h)
+	plane := make([]uint8, im.H*im.W*3)
+	var hPass, vPass []uint8
+	if w != im.W {
+		hPass = make([]uint8, w*im.H*3)
+	}
+	if h != im.H {
+		vPass = make([]uint8, w*h*3)
+	}
 	for b := 0; b < im.B; b++ {
 		in := im.frame(b)
-		plane := make([]uint8, im.H*im.W*3)
 		for y := 0; y < im.H; y++ {
 			for x := 0; x < im.W; x++ {
 				for ch := 0; ch < 3; ch++ {
@@ -124,15 +145,15 @@ func resizeLanczos(im *Image, w, h int) *Image {
 				}
 			}
 		}
-		pw, ph := im.W, im.H
+		cur, pw := plane, im.W
 		if w != pw {
-			plane, pw, ph = resample8(plane, pw, ph, horiz, true)
+			cur, pw = resample8(cur, pw, im.H, horiz, true, hPass), w
 		}
-		if h != ph {
-			plane, _, _ = resample8(plane, pw, ph, vert, false)
+		if h != im.H {
+			cur = resample8(cur, pw, im.H, vert, false, vPass)
 		}
 		dst := out.frame(b)
-		for i, v := range plane {
+		for i, v := range cur {
 			dst[i] = fromUint8(v)
 		}
 	}

@@ -2,27 +2,25 @@ package builtin
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
 	"image/color"
-	"image/jpeg"
-	"image/png"
 	"io"
+
+	"github.com/comfygate/comfygate/internal/imagebound"
 )
 
 // maxInputBytes bounds how much of an input file LoadImage reads.
 const maxInputBytes = 256 << 20
 
+// LoadImage charges its memory itself, as it learns it: the file's bytes
+// as they are read (at once when the opener tells the size), then, from
+// the file's header, what decoding it takes (loadCost).
 func runLoadImage(c *nodeCall) ([]any, error) {
-	v, err := c.raw("image")
+	name, err := c.inputName()
 	if err != nil {
 		return nil, err
-	}
-	name, ok := v.(string)
-	if !ok || name == "" {
-		return nil, fmt.Errorf("image: expected a file name, received %s", typeName(v))
 	}
 	if c.run.env.OpenInput == nil {
 		return nil, errors.New("no input opener configured")
@@ -33,18 +31,116 @@ func runLoadImage(c *nodeCall) ([]any, error) {
 		return nil, fmt.Errorf("Invalid image file: %s: %w", name, err)
 	}
 	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxInputBytes+1))
+	data, err := c.readInput(rc, name)
 	if err != nil {
-		return nil, fmt.Errorf("read image %s: %w", name, err)
+		return nil, err
 	}
-	if len(data) > maxInputBytes {
-		return nil, fmt.Errorf("image %s is larger than %d bytes", name, maxInputBytes)
+	info, err := imagebound.Inspect(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
+	}
+	_, _, n, err := loadCost(info)
+	if err != nil {
+		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
+	}
+	if err := c.charge(n); err != nil {
+		return nil, err
 	}
 	im, mask, err := decodeImage(data)
 	if err != nil {
 		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
 	}
 	return []any{im, mask}, nil
+}
+
+// inputName reads LoadImage's image widget.
+func (c *nodeCall) inputName() (string, error) {
+	v, err := c.raw("image")
+	if err != nil {
+		return "", err
+	}
+	name, ok := v.(string)
+	if !ok || name == "" {
+		return "", fmt.Errorf("image: expected a file name, received %s", typeName(v))
+	}
+	return name, nil
+}
+
+// inputSize is the size of an opened input when its reader tells it.
+func inputSize(r io.Reader) (int64, bool) {
+	if s, ok := r.(interface{ Size() int64 }); ok && s.Size() >= 0 {
+		return s.Size(), true
+	}
+	return 0, false
+}
+
+// readInputChunk is the first buffer of an input whose size is unknown;
+// it doubles from there.
+const readInputChunk = 64 << 10
+
+// readBufferBytes is the most readInput holds for a file of size bytes:
+// one buffer of its size when the opener tells it, else a doubling buffer
+// and, while it grows, the one before.
+func readBufferBytes(size int64, known bool) int64 {
+	if known {
+		return size + 1
+	}
+	c := int64(readInputChunk)
+	for c <= size {
+		c = min(2*c, maxInputBytes+1)
+	}
+	return c + c/2
+}
+
+// readInput reads an input file, charging each buffer before it is
+// allocated.
+func (c *nodeCall) readInput(r io.Reader, name string) ([]byte, error) {
+	tooLarge := fmt.Errorf("image %s is larger than %d bytes", name, maxInputBytes)
+	size, known := inputSize(r)
+	first := int64(readInputChunk)
+	if known {
+		first = size + 1 // +1 to see EOF without growing
+	}
+	if first > maxInputBytes+1 {
+		return nil, tooLarge
+	}
+	if err := c.charge(first); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, first)
+	for {
+		if len(buf) == cap(buf) {
+			if cap(buf) > maxInputBytes {
+				return nil, tooLarge
+			}
+			next := min(2*int64(cap(buf)), maxInputBytes+1)
+			if err := c.charge(next); err != nil {
+				return nil, err
+			}
+			grown := make([]byte, len(buf), next)
+			copy(grown, buf)
+			c.release(int64(cap(buf)))
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read image %s: %w", name, err)
+		}
+	}
+	if len(buf) > maxInputBytes {
+		return nil, tooLarge
+	}
+	return buf, nil
+}
+
+// bombError is Pillow's refusal of an image over maxTensorPixels, which
+// ComfyUI's LoadImage answers.
+func bombError(info imagebound.Info) error {
+	return fmt.Errorf("image size (%d pixels) exceeds limit of %d pixels, could be decompression bomb DOS attack", info.Pixels(), maxTensorPixels)
 }
 
 // decodeImage turns PNG or JPEG bytes into LoadImage's (IMAGE, MASK), with
@@ -58,33 +154,30 @@ func runLoadImage(c *nodeCall) ([]any, error) {
 //     key on gray or RGB images is ignored, as Pillow keeps it out of bands.
 //   - EXIF orientation (JPEG APP1, PNG eXIf) is applied like
 //     ImageOps.exif_transpose.
+//
+// The header is read first (imagebound): an image over maxTensorPixels is
+// refused before it is decoded.
 func decodeImage(data []byte) (*Image, *Mask, error) {
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	info, err := imagebound.Inspect(bytes.NewReader(data))
 	if err != nil {
 		return nil, nil, err
 	}
-	if int64(cfg.Width)*int64(cfg.Height) > maxTensorPixels {
-		return nil, nil, fmt.Errorf("image size (%d pixels) exceeds limit of %d pixels, could be decompression bomb DOS attack", cfg.Width*cfg.Height, maxTensorPixels)
+	if info.Format != "png" && info.Format != "jpeg" {
+		return nil, nil, fmt.Errorf("unsupported image format %q", info.Format)
 	}
-	var src image.Image
-	var pngType pngHeader
-	switch format {
-	case "png":
-		pngType, _ = readPNGHeader(data)
-		src, err = png.Decode(bytes.NewReader(data))
-	case "jpeg":
-		src, err = jpeg.Decode(bytes.NewReader(data))
-	default:
-		return nil, nil, fmt.Errorf("unsupported image format %q", format)
+	if info.Pixels() > maxTensorPixels {
+		return nil, nil, bombError(info)
 	}
+	src, _, err := imagebound.Decode(bytes.NewReader(data), imagebound.Limits{MaxPixels: maxTensorPixels})
 	if err != nil {
 		return nil, nil, err
 	}
+	pngType := pngHeader{bitDepth: info.BitDepth, colorType: info.ColorType, ok: info.Format == "png"}
 	im, mask, err := toTensors(src, pngType)
 	if err != nil {
 		return nil, nil, err
 	}
-	if o := exifOrientation(data, format); o > 1 {
+	if o := info.Orientation; o > 1 {
 		im = orient(im, o)
 		if hasAlpha(src, pngType) {
 			m := orient(&Image{B: mask.B, H: mask.H, W: mask.W, C: 1, Pix: mask.Pix}, o)
@@ -94,17 +187,15 @@ func decodeImage(data []byte) (*Image, *Mask, error) {
 	return im, mask, nil
 }
 
+// hasAlphaChannel is hasAlpha from the header alone, for loadCost.
+func hasAlphaChannel(info imagebound.Info) bool {
+	return info.Format == "png" && (info.ColorType == 4 || info.ColorType == 6 || info.ColorType == 3 && info.Transparency)
+}
+
 // pngHeader is the part of IHDR that decides Pillow's image mode.
 type pngHeader struct {
 	bitDepth, colorType byte
 	ok                  bool
-}
-
-func readPNGHeader(data []byte) (pngHeader, error) {
-	if len(data) < 33 || string(data[12:16]) != "IHDR" {
-		return pngHeader{}, errors.New("no IHDR")
-	}
-	return pngHeader{bitDepth: data[24], colorType: data[25], ok: true}, nil
 }
 
 // hasAlpha reports whether Pillow would give the image an alpha band (LA,
@@ -186,91 +277,29 @@ func pixel8(src image.Image, x, y int, gray16 bool) (r, g, b, a uint8) {
 			return c.R, c.G, c.B, c.A
 		}
 	}
-	c := color.NRGBAModel.Convert(src.At(x, y)).(color.NRGBA)
-	return c.R, c.G, c.B, c.A
+	// Gray, RGBA, YCbCr, CMYK: RGBA64At gives what At(x, y).RGBA() does
+	// without boxing a color per pixel (gigabytes of garbage for a large
+	// JPEG), then color.NRGBAModel's conversion.
+	var cr, cg, cb, ca uint32
+	if s, ok := src.(image.RGBA64Image); ok {
+		c := s.RGBA64At(x, y)
+		cr, cg, cb, ca = uint32(c.R), uint32(c.G), uint32(c.B), uint32(c.A)
+	} else {
+		cr, cg, cb, ca = src.At(x, y).RGBA()
+	}
+	return nrgba8(cr, cg, cb, ca)
 }
 
-// exifOrientation returns the EXIF Orientation tag (1..8), or 0 if absent.
-func exifOrientation(data []byte, format string) int {
-	var tiff []byte
-	switch format {
-	case "jpeg":
-		tiff = jpegExif(data)
-	case "png":
-		tiff = pngChunk(data, "eXIf")
+// nrgba8 is color.NRGBAModel's conversion of a premultiplied 16-bit
+// colour.
+func nrgba8(r, g, b, a uint32) (uint8, uint8, uint8, uint8) {
+	switch a {
+	case 0xffff:
+		return uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 0xff
+	case 0:
+		return 0, 0, 0, 0
 	}
-	if len(tiff) < 8 {
-		return 0
-	}
-	var bo binary.ByteOrder
-	switch string(tiff[:2]) {
-	case "II":
-		bo = binary.LittleEndian
-	case "MM":
-		bo = binary.BigEndian
-	default:
-		return 0
-	}
-	off := int(bo.Uint32(tiff[4:8]))
-	if off < 0 || off+2 > len(tiff) {
-		return 0
-	}
-	n := int(bo.Uint16(tiff[off:]))
-	for i := 0; i < n; i++ {
-		e := off + 2 + 12*i
-		if e+12 > len(tiff) {
-			return 0
-		}
-		if bo.Uint16(tiff[e:]) == 0x0112 && bo.Uint16(tiff[e+2:]) == 3 {
-			if v := int(bo.Uint16(tiff[e+8:])); v >= 1 && v <= 8 {
-				return v
-			}
-			return 0
-		}
-	}
-	return 0
-}
-
-// jpegExif returns the TIFF payload of the first APP1 "Exif" segment.
-func jpegExif(data []byte) []byte {
-	for i := 2; i+4 <= len(data); {
-		if data[i] != 0xFF {
-			return nil
-		}
-		marker := data[i+1]
-		if marker == 0xDA || marker == 0xD9 { // start of scan / end of image
-			return nil
-		}
-		n := int(binary.BigEndian.Uint16(data[i+2:]))
-		if n < 2 || i+2+n > len(data) {
-			return nil
-		}
-		seg := data[i+4 : i+2+n]
-		if marker == 0xE1 && bytes.HasPrefix(seg, []byte("Exif\x00\x00")) {
-			return seg[6:]
-		}
-		i += 2 + n
-	}
-	return nil
-}
-
-// pngChunk returns the data of the first chunk of the given type.
-func pngChunk(data []byte, typ string) []byte {
-	for i := 8; i+12 <= len(data); {
-		n := int(binary.BigEndian.Uint32(data[i:]))
-		if n < 0 || i+12+n > len(data) {
-			return nil
-		}
-		if string(data[i+4:i+8]) == typ {
-			return data[i+8 : i+8+n]
-		}
-		if string(data[i+4:i+8]) == "IDAT" && typ != "IDAT" {
-			// eXIf must precede IDAT; stop early on large images.
-			return nil
-		}
-		i += 12 + n
-	}
-	return nil
+	return uint8((r * 0xffff) / a >> 8), uint8((g * 0xffff) / a >> 8), uint8((b * 0xffff) / a >> 8), uint8(a >> 8)
 }
 
 // orient applies an EXIF orientation the way ImageOps.exif_transpose does

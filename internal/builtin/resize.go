@@ -10,37 +10,35 @@ func runImageScale(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	method, err := c.comboValue("upscale_method")
-	if err != nil {
-		return nil, err
-	}
-	w, err := c.intValue("width")
-	if err != nil {
-		return nil, err
-	}
-	h, err := c.intValue("height")
-	if err != nil {
-		return nil, err
-	}
-	cropMode, err := c.comboValue("crop")
+	method, w, h, center, err := scaleWidgets(c)
 	if err != nil {
 		return nil, err
 	}
 	if w == 0 && h == 0 {
 		return []any{im}, nil
 	}
-	// One zero keeps the aspect ratio: Python's round() (half to even) of
-	// the float64 quotient, at least 1.
-	if w == 0 {
-		w = max(1, int(math.RoundToEven(float64(im.W)*float64(h)/float64(im.H))))
-	} else if h == 0 {
-		h = max(1, int(math.RoundToEven(float64(im.H)*float64(w)/float64(im.W))))
-	}
-	out, err := commonUpscale(im, w, h, method, cropMode == "center")
+	w, h = scaleTarget(im.W, im.H, w, h)
+	out, err := commonUpscale(im, w, h, method, center)
 	if err != nil {
 		return nil, err
 	}
 	return []any{out}, nil
+}
+
+// scaleWidgets reads ImageScale's widgets: the method, the size (either
+// may be 0) and whether to crop to the center.
+func scaleWidgets(c *nodeCall) (method string, w, h int, center bool, err error) {
+	if method, err = c.comboValue("upscale_method"); err != nil {
+		return
+	}
+	if w, err = c.intValue("width"); err != nil {
+		return
+	}
+	if h, err = c.intValue("height"); err != nil {
+		return
+	}
+	cropMode, err := c.comboValue("crop")
+	return method, w, h, cropMode == "center", err
 }
 
 func runImageScaleBy(c *nodeCall) ([]any, error) {
@@ -48,16 +46,11 @@ func runImageScaleBy(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	method, err := c.comboValue("upscale_method")
+	method, s, err := scaleByWidgets(c)
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.floatValue("scale_by")
-	if err != nil {
-		return nil, err
-	}
-	w := int(math.RoundToEven(float64(im.W) * s))
-	h := int(math.RoundToEven(float64(im.H) * s))
+	w, h := scaleByTarget(im.W, im.H, s)
 	out, err := commonUpscale(im, w, h, method, false)
 	if err != nil {
 		return nil, err
@@ -65,29 +58,43 @@ func runImageScaleBy(c *nodeCall) ([]any, error) {
 	return []any{out}, nil
 }
 
+// scaleTarget is ImageScale's size for a width and height widget of which
+// one may be 0 (not both): one zero keeps the aspect ratio, Python's
+// round() (half to even) of the float64 quotient, at least 1.
+func scaleTarget(imW, imH, w, h int) (int, int) {
+	if w == 0 {
+		w = max(1, int(math.RoundToEven(float64(imW)*float64(h)/float64(imH))))
+	} else if h == 0 {
+		h = max(1, int(math.RoundToEven(float64(imH)*float64(w)/float64(imW))))
+	}
+	return w, h
+}
+
+// scaleByWidgets reads ImageScaleBy's widgets.
+func scaleByWidgets(c *nodeCall) (method string, s float64, err error) {
+	if method, err = c.comboValue("upscale_method"); err != nil {
+		return
+	}
+	s, err = c.floatValue("scale_by")
+	return method, s, err
+}
+
+// scaleByTarget is ImageScaleBy's size.
+func scaleByTarget(imW, imH int, s float64) (int, int) {
+	return int(math.RoundToEven(float64(imW) * s)), int(math.RoundToEven(float64(imH) * s))
+}
+
 // commonUpscale is comfy.utils.common_upscale for IMAGE tensors: an
 // optional center crop to the target aspect ratio, then torch's
 // F.interpolate (nearest-exact, bilinear, area, bicubic; align_corners
 // False, no antialiasing) or Pillow's LANCZOS on 8-bit data.
 func commonUpscale(im *Image, w, h int, method string, centerCrop bool) (*Image, error) {
-	if w <= 0 || h <= 0 {
-		//lint:ignore ST1005 torch's own message, word for word: clients match ComfyUI's errors
-		return nil, fmt.Errorf("Input and output sizes should be greater than 0, but got output (H: %d, W: %d)", h, w)
-	}
-	if int64(im.B)*int64(w)*int64(h) > maxTensorPixels {
-		return nil, fmt.Errorf("image tensor of %d×%d×%d pixels exceeds the limit of %d pixels", im.B, h, w, maxTensorPixels)
+	if err := checkUpscale(im.B, w, h); err != nil {
+		return nil, err
 	}
 	src := im
 	if centerCrop {
-		oldAspect := float64(im.W) / float64(im.H)
-		newAspect := float64(w) / float64(h)
-		x, y := 0, 0
-		if oldAspect > newAspect {
-			x = int(math.RoundToEven((float64(im.W) - float64(im.W)*(newAspect/oldAspect)) / 2))
-		} else if oldAspect < newAspect {
-			y = int(math.RoundToEven((float64(im.H) - float64(im.H)*(oldAspect/newAspect)) / 2))
-		}
-		if x != 0 || y != 0 {
+		if x, y := centerCropOffsets(im.W, im.H, w, h); x != 0 || y != 0 {
 			src = subImage(im, x, y, im.W-2*x, im.H-2*y)
 		}
 	}
@@ -104,6 +111,30 @@ func commonUpscale(im *Image, w, h int, method string, centerCrop bool) (*Image,
 		return resizeLanczos(src, w, h), nil
 	}
 	return nil, fmt.Errorf("unknown upscale method %q", method)
+}
+
+func checkUpscale(b, w, h int) error {
+	if w <= 0 || h <= 0 {
+		//lint:ignore ST1005 torch's own message, word for word: clients match ComfyUI's errors
+		return fmt.Errorf("Input and output sizes should be greater than 0, but got output (H: %d, W: %d)", h, w)
+	}
+	if int64(b)*int64(w)*int64(h) > maxTensorPixels {
+		return fmt.Errorf("image tensor of %d×%d×%d pixels exceeds the limit of %d pixels", b, h, w, maxTensorPixels)
+	}
+	return nil
+}
+
+// centerCropOffsets is common_upscale's center crop of a imW×imH image to
+// the aspect ratio of w×h: the columns (x) or rows (y) cut on each side.
+func centerCropOffsets(imW, imH, w, h int) (x, y int) {
+	oldAspect := float64(imW) / float64(imH)
+	newAspect := float64(w) / float64(h)
+	if oldAspect > newAspect {
+		x = int(math.RoundToEven((float64(imW) - float64(imW)*(newAspect/oldAspect)) / 2))
+	} else if oldAspect < newAspect {
+		y = int(math.RoundToEven((float64(imH) - float64(imH)*(oldAspect/newAspect)) / 2))
+	}
+	return x, y
 }
 
 // scaleOf is torch's area_pixel_compute_scale without align_corners: the

@@ -66,18 +66,29 @@ func (c *nodeCall) saveImages(im *Image, prefix, typ string, level png.Compressi
 	key := typ + "\x00" + subfolder + "\x00" + base
 	counter := c.run.counters[key] + 1
 	enc := png.Encoder{CompressionLevel: level}
+	var text int64
+	for _, ch := range chunks {
+		text += int64(len(ch))
+	}
 	for b := 0; b < im.B; b++ {
 		if err := c.ctx.Err(); err != nil {
 			return err
 		}
-		var buf bytes.Buffer
-		if err := enc.Encode(&buf, frameRGBA(im, b)); err != nil {
+		if b > 0 {
+			// The previous frame's raster, encoder and PNG are garbage: the
+			// cost charged one frame.
+			c.run.mem.budget.Dropped(saveFrameBytes(im.H, im.W, text))
+		}
+		// Sized for the largest PNG of the frame, so that it never grows
+		// (and copies) as the encoder writes.
+		buf := bytes.NewBuffer(make([]byte, 0, pngBound(im.H, im.W)+text))
+		if err := enc.Encode(&withChunks{w: buf, chunks: chunks}, frameRGBA(im, b)); err != nil {
 			return fmt.Errorf("encode png: %w", err)
 		}
 		name := fmt.Sprintf("%s_%05d_.png", strings.ReplaceAll(base, "%batch_num%", strconv.Itoa(b)), counter)
 		out := Output{
 			NodeID: c.id, Kind: "images", Filename: name, Subfolder: subfolder, Type: typ,
-			ContentType: "image/png", Data: insertTextChunks(buf.Bytes(), chunks),
+			ContentType: "image/png", Data: buf.Bytes(),
 		}
 		c.run.counters[key] = counter
 		counter++
@@ -161,7 +172,7 @@ func (c *nodeCall) textChunks() ([][]byte, error) {
 // (surrogate pairs above the BMP). In valid JSON such runes occur only
 // inside strings, where the escape means the same character.
 func asciiJSON(b []byte) []byte {
-	out := make([]byte, 0, len(b))
+	out := make([]byte, 0, asciiJSONLen(b))
 	for _, r := range string(b) {
 		if r < 0x80 {
 			out = append(out, byte(r))
@@ -177,6 +188,22 @@ func asciiJSON(b []byte) []byte {
 	return out
 }
 
+// asciiJSONLen is the length of asciiJSON(b).
+func asciiJSONLen(b []byte) int64 {
+	var n int64
+	for _, r := range string(b) {
+		switch {
+		case r < 0x80:
+			n++
+		case r > 0xFFFF:
+			n += 12
+		default:
+			n += 6
+		}
+	}
+	return n
+}
+
 // textChunk encodes a PNG tEXt chunk: length, type, keyword NUL text, CRC.
 func textChunk(key string, text []byte) []byte {
 	data := append(append([]byte(key), 0), text...)
@@ -187,21 +214,29 @@ func textChunk(key string, text []byte) []byte {
 	return binary.BigEndian.AppendUint32(chunk, crc32.ChecksumIEEE(chunk[4:]))
 }
 
-// insertTextChunks places chunks right after IHDR (signature 8 bytes +
-// IHDR 25 bytes), where Pillow writes its text chunks too.
-func insertTextChunks(pngData []byte, chunks [][]byte) []byte {
-	if len(chunks) == 0 {
-		return pngData
-	}
+// withChunks writes a PNG stream to w with chunks inserted right after
+// IHDR (signature 8 bytes + IHDR 25 bytes), where Pillow writes its text
+// chunks too.
+type withChunks struct {
+	w       *bytes.Buffer
+	chunks  [][]byte
+	written int
+}
+
+func (c *withChunks) Write(p []byte) (int, error) {
 	const ihdrEnd = 8 + 25
-	n := len(pngData)
-	for _, ch := range chunks {
-		n += len(ch)
+	n := len(p)
+	if c.written < ihdrEnd {
+		head := p[:min(len(p), ihdrEnd-c.written)]
+		c.w.Write(head)
+		c.written += len(head)
+		p = p[len(head):]
+		if c.written == ihdrEnd {
+			for _, ch := range c.chunks {
+				c.w.Write(ch)
+			}
+		}
 	}
-	out := make([]byte, 0, n)
-	out = append(out, pngData[:ihdrEnd]...)
-	for _, ch := range chunks {
-		out = append(out, ch...)
-	}
-	return append(out, pngData[ihdrEnd:]...)
+	c.w.Write(p)
+	return n, nil
 }

@@ -25,13 +25,20 @@ const maxTensorPixels = 178956970
 // newImage allocates a zeroed RGB image, refusing sizes that are empty or
 // exceed maxTensorPixels.
 func newImage(b, h, w int) (*Image, error) {
-	if b <= 0 || h <= 0 || w <= 0 {
-		return nil, fmt.Errorf("image size %dx%d (batch %d) must be positive", w, h, b)
-	}
-	if int64(b)*int64(h)*int64(w) > maxTensorPixels {
-		return nil, fmt.Errorf("image tensor of %d×%d×%d pixels exceeds the limit of %d pixels", b, h, w, maxTensorPixels)
+	if err := checkImageSize(b, h, w); err != nil {
+		return nil, err
 	}
 	return &Image{B: b, H: h, W: w, C: 3, Pix: make([]float32, b*h*w*3)}, nil
+}
+
+func checkImageSize(b, h, w int) error {
+	if b <= 0 || h <= 0 || w <= 0 {
+		return fmt.Errorf("image size %dx%d (batch %d) must be positive", w, h, b)
+	}
+	if int64(b)*int64(h)*int64(w) > maxTensorPixels {
+		return fmt.Errorf("image tensor of %d×%d×%d pixels exceeds the limit of %d pixels", b, h, w, maxTensorPixels)
+	}
+	return nil
 }
 
 // frame returns the pixels of frame i.

@@ -4,23 +4,11 @@ package builtin
 // rearrangements. Their results equal ComfyUI's bit for bit.
 
 func runEmptyImage(c *nodeCall) ([]any, error) {
-	w, err := c.intValue("width")
+	v, err := c.intValues("width", "height", "batch_size", "color")
 	if err != nil {
 		return nil, err
 	}
-	h, err := c.intValue("height")
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.intValue("batch_size")
-	if err != nil {
-		return nil, err
-	}
-	color, err := c.intValue("color")
-	if err != nil {
-		return nil, err
-	}
-	im, err := emptyImage(w, h, b, color)
+	im, err := emptyImage(v[0], v[1], v[2], v[3])
 	if err != nil {
 		return nil, err
 	}
@@ -70,24 +58,28 @@ func runImageCrop(c *nodeCall) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v [4]int
-	for i, name := range []string{"width", "height", "x", "y"} {
-		if v[i], err = c.intValue(name); err != nil {
-			return nil, err
-		}
+	v, err := c.intValues(cropWidgets...)
+	if err != nil {
+		return nil, err
 	}
 	return []any{crop(im, v[0], v[1], v[2], v[3])}, nil
 }
+
+// cropWidgets are ImageCrop's widgets, in crop's order.
+var cropWidgets = []string{"width", "height", "x", "y"}
 
 // crop follows ImageCrop: x and y are clamped to the last column/row, and
 // the region is clipped at the image edge the way tensor slicing clips it,
 // so the result may be smaller than width×height but never empty.
 func crop(im *Image, width, height, x, y int) *Image {
-	x = min(x, im.W-1)
-	y = min(y, im.H-1)
-	toX := min(x+width, im.W)
-	toY := min(y+height, im.H)
-	return subImage(im, x, y, toX-x, toY-y)
+	x, y, w, h := cropRect(im.W, im.H, width, height, x, y)
+	return subImage(im, x, y, w, h)
+}
+
+// cropRect is crop's region of a imW×imH image.
+func cropRect(imW, imH, width, height, x, y int) (x0, y0, w, h int) {
+	x0, y0 = min(x, imW-1), min(y, imH-1)
+	return x0, y0, min(x0+width, imW) - x0, min(y0+height, imH) - y0
 }
 
 // subImage copies the w×h region at (x, y) of every frame.

@@ -5,13 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
+	"github.com/comfygate/comfygate/internal/apierr"
 	"github.com/comfygate/comfygate/internal/builtin"
+	"github.com/comfygate/comfygate/internal/membudget"
 	"github.com/comfygate/comfygate/internal/workflow"
+	"github.com/comfygate/comfygate/storage"
 )
 
 // assetMarker prefixes the synthetic file name that stands for a core/ASSET
@@ -21,6 +27,13 @@ const assetMarker = "\x00asset:"
 
 // BuiltinExecutor runs jobs on the built-in core image nodes, in process.
 type BuiltinExecutor struct {
+	// Memory is the process's budget for built-in jobs (shared by every
+	// builtin pool); nil: unbounded.
+	Memory *membudget.Budget
+	// JobMemory bounds what one job holds at once (at most Memory's
+	// size); 0: Memory's size.
+	JobMemory int64
+
 	once    sync.Once
 	catalog workflow.Catalog
 	err     error
@@ -56,14 +69,23 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 	nodeStart := time.Now()
 	err = builtin.Execute(ctx, prompt, builtin.Env{
 		OpenInput: func(ctx context.Context, name string) (io.ReadCloser, error) {
+			var a storage.Asset
 			var rc io.ReadCloser
 			var err error
 			if id, ok := strings.CutPrefix(name, assetMarker); ok {
-				_, rc, err = run.OpenAsset(ctx, id, "")
+				a, rc, err = run.OpenAsset(ctx, id, "")
 			} else {
-				_, rc, err = run.OpenAsset(ctx, "", name)
+				a, rc, err = run.OpenAsset(ctx, "", name)
 			}
-			return rc, err
+			if err != nil {
+				return nil, err
+			}
+			return sizedInput{ReadCloser: rc, size: a.SizeBytes}, nil
+		},
+		Memory:    b.Memory,
+		JobMemory: b.JobMemory,
+		OnMemoryWait: func(need int64) {
+			run.Log.Printf("waiting for %s of the built-in executor's memory, which other jobs hold", humanize.IBytes(uint64(need)))
 		},
 		PromptJSON: run.Job.Workflow,
 		// The snapshot names the node running now (as ComfyUI's executing
@@ -112,6 +134,40 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 		run.Log.Printf("!!! Exception during processing !!! %v", err)
 	}
 	return err
+}
+
+// sizedInput tells the executor an input's size, so that LoadImage reads
+// it into one buffer of that size.
+type sizedInput struct {
+	io.ReadCloser
+	size int64
+}
+
+func (s sizedInput) Size() int64 { return s.size }
+
+// Precheck refuses, at submit, a workflow whose widgets alone make it need
+// more memory than one job may hold (EmptyImage 8192×8192 with a batch):
+// 422 invalid_workflow naming the node. What depends on an input file is
+// charged when the job runs.
+func (b *BuiltinExecutor) Precheck(_ context.Context, g workflow.Graph) error {
+	prompt, err := builtinPrompt(g)
+	if err != nil {
+		return nil // Validate has judged the graph
+	}
+	limit := b.JobMemory
+	if l := b.Memory.Limit(); l > 0 && (limit <= 0 || limit > l) {
+		limit = l
+	}
+	if limit <= 0 {
+		return nil
+	}
+	var me *builtin.MemoryError
+	if err := builtin.CheckMemory(prompt, limit); errors.As(err, &me) {
+		return apierr.InvalidWorkflow(fmt.Sprintf("node %s (%s): %s", me.NodeID, me.ClassType, me.Error())).
+			WithDetails(map[string]any{"node_errors": workflow.NodeErrors{me.NodeID: {{
+				Reason: workflow.ReasonOverMemoryLimit, Message: me.Error()}}}})
+	}
+	return nil
 }
 
 // builtinPrompt decodes the graph's inputs for the built-in executor and

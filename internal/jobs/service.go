@@ -67,6 +67,10 @@ type Service struct {
 	Bus   bus.Bus
 	// Catalog returns the node catalog of the pool jobs go to.
 	Catalog func(ctx context.Context) (workflow.Catalog, error)
+	// Precheck, when set, judges a workflow that validated against what
+	// the pool's executor can run (the built-in executor's memory bound);
+	// its error is the submit's answer.
+	Precheck func(ctx context.Context, g workflow.Graph) error
 	// ExtraData keeps each job's extra_data in memory until its first
 	// attempt starts; it is never written to storage.
 	ExtraData *ExtraDataCache
@@ -175,6 +179,11 @@ func (s *Service) validate(ctx context.Context, account string, body []byte) (su
 	}
 	if err := workflow.Validate(sub.Workflow, cat, workflow.WithResolvedInputs(resolved)); err != nil {
 		return nil, err
+	}
+	if s.Precheck != nil {
+		if err := s.Precheck(ctx, sub.Workflow); err != nil {
+			return nil, err
+		}
 	}
 	return sub, nil
 }

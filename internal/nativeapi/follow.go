@@ -1,7 +1,6 @@
 package nativeapi
 
 import (
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"slices"
@@ -343,18 +342,18 @@ func (f *Follower) Preview(raw json.RawMessage, withMetadata bool) []Frame {
 	var p struct {
 		NodeID      string `json:"node_id"`
 		ContentType string `json:"content_type"`
-		Data        string `json:"data_base64"`
+		// Decoded from base64 by encoding/json itself: a preview of a
+		// large image is megabytes, and its base64 text need not be kept
+		// as a string too.
+		Data []byte `json:"data_base64"`
 	}
-	if json.Unmarshal(raw, &p) != nil {
-		return nil
-	}
-	img, err := base64.StdEncoding.DecodeString(p.Data)
-	if err != nil || len(img) == 0 {
+	if json.Unmarshal(raw, &p) != nil || len(p.Data) == 0 {
 		return nil
 	}
 	if p.ContentType == "" {
 		p.ContentType = "image/png"
 	}
+	var head []byte
 	if withMetadata {
 		node := p.NodeID
 		if node == "" {
@@ -362,17 +361,19 @@ func (f *Follower) Preview(raw json.RawMessage, withMetadata bool) []Frame {
 		}
 		meta, _ := json.Marshal(map[string]any{"node_id": node, "prompt_id": f.jobID, "display_node_id": node,
 			"parent_node_id": nil, "real_node_id": node, "image_type": p.ContentType})
-		b := binary.BigEndian.AppendUint32(nil, 4)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(meta)))
-		return []Frame{{Binary: append(append(b, meta...), img...)}}
+		head = binary.BigEndian.AppendUint32(nil, 4)
+		head = binary.BigEndian.AppendUint32(head, uint32(len(meta)))
+		head = append(head, meta...)
+	} else {
+		imageType := uint32(2)
+		if p.ContentType == "image/jpeg" {
+			imageType = 1
+		}
+		head = binary.BigEndian.AppendUint32(nil, 1)
+		head = binary.BigEndian.AppendUint32(head, imageType)
 	}
-	imageType := uint32(2)
-	if p.ContentType == "image/jpeg" {
-		imageType = 1
-	}
-	b := binary.BigEndian.AppendUint32(nil, 1)
-	b = binary.BigEndian.AppendUint32(b, imageType)
-	return []Frame{{Binary: append(b, img...)}}
+	frame := make([]byte, 0, len(head)+len(p.Data))
+	return []Frame{{Binary: append(append(frame, head...), p.Data...)}}
 }
 
 func nullable(s string) any {

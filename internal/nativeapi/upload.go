@@ -249,16 +249,17 @@ func (s *Service) applyMask(ctx context.Context, account string, form *uploadFor
 		return err
 	}
 	defer f.Close()
-	var out bytes.Buffer
-	if err := Composite(&out, f, bytes.NewReader(form.maskBytes)); err != nil {
-		return err
-	}
 	up, err := s.Assets.Blobs.NewUpload(ctx, "")
 	if err != nil {
 		return apierr.Upstream(err)
 	}
-	form.upload, form.contentType = up, "image/png"
-	if _, err := up.Write(out.Bytes()); err != nil {
+	form.upload, form.contentType = up, "image/png" // Upload aborts it on failure
+	// The PNG streams into the upload rather than through a buffer as
+	// large as the image.
+	if err := Composite(ctx, up, f, bytes.NewReader(form.maskBytes)); err != nil {
+		if _, ok := apierr.As(err); ok || ctx.Err() != nil {
+			return err
+		}
 		return apierr.Upstream(err)
 	}
 	if form.hash, form.size, err = up.Finish(); err != nil {

@@ -2,12 +2,16 @@ package nativeapi
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"image"
 	"image/color"
 	"image/png"
+	"strings"
 	"testing"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/tests/bombs"
 )
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
@@ -65,7 +69,7 @@ func TestComposite(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := Composite(&out, bytes.NewReader(encode(t, orig)), bytes.NewReader(encode(t, mask))); err != nil {
+	if err := Composite(context.Background(), &out, bytes.NewReader(encode(t, orig)), bytes.NewReader(encode(t, mask))); err != nil {
 		t.Fatal(err)
 	}
 	img, err := png.Decode(&out)
@@ -82,12 +86,70 @@ func TestComposite(t *testing.T) {
 		}
 	}
 	small := image.NewNRGBA(image.Rect(0, 0, 1, 1))
-	err = Composite(&out, bytes.NewReader(encode(t, orig)), bytes.NewReader(encode(t, small)))
+	err = Composite(context.Background(), &out, bytes.NewReader(encode(t, orig)), bytes.NewReader(encode(t, small)))
 	if e, ok := apierr.As(err); !ok || e.Status != 422 {
 		t.Errorf("a mask of another size: %v", err)
 	}
-	err = Composite(&out, bytes.NewReader([]byte("not an image")), bytes.NewReader(encode(t, small)))
+	err = Composite(context.Background(), &out, bytes.NewReader([]byte("not an image")), bytes.NewReader(encode(t, small)))
 	if _, ok := apierr.As(err); !ok {
 		t.Errorf("an original that is no image: %v", err)
+	}
+}
+
+// TestCompositeRefusesBombs is the regression test of the mask upload that
+// took a gateway from 64 MiB to 921 MiB: a 30000×30000 gray PNG of zeros
+// (875 KB) as original_ref with a mask of its size, or as the mask. Each
+// is refused from its header, with less than a megabyte allocated.
+func TestCompositeRefusesBombs(t *testing.T) {
+	bomb := func(w, h int, ct, bd uint8, il bool) []byte { return bombs.PNG(w, h, ct, bd, il) }
+	cases := []struct {
+		name           string
+		original, mask []byte
+		status         int
+		message        string
+	}{
+		{"30000² gray original", bomb(30000, 30000, 0, 8, false), bomb(30000, 30000, 0, 8, false), 422, "original_ref is 30000×30000 pixels"},
+		{"50000² gray original", bomb(50000, 50000, 0, 8, false), bomb(50000, 50000, 0, 8, false), 422, "over the 256 MiB a mask upload may use"},
+		{"16-bit colour original", bomb(30000, 30000, 2, 16, false), bomb(30000, 30000, 0, 8, false), 422, "original_ref is 30000×30000"},
+		{"interlaced original", bomb(30000, 30000, 6, 8, true), bomb(30000, 30000, 0, 8, false), 422, "original_ref is 30000×30000"},
+		{"jpeg original", bombs.JPEG(30000, 30000, 3, false), bomb(30000, 30000, 0, 8, false), 422, "original_ref is 30000×30000"},
+		{"bomb mask on a small original", bomb(2, 2, 0, 8, false), bomb(30000, 30000, 0, 8, false), 422, "differ in size"},
+		{"a 1×1 mask on a bomb", bomb(30000, 30000, 0, 8, false), bomb(1, 1, 0, 8, false), 422, "differ in size"},
+		{"just over the bound", bomb(6000, 6000, 6, 8, false), bomb(6000, 6000, 6, 8, false), 422, "over the 256 MiB"},
+		{"gif original", bombs.GIF(2, 2, 1), bomb(2, 2, 0, 8, false), 422, "not an image comfygate can read"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			allocated := bombs.HeapAllocated(func() {
+				err = Composite(context.Background(), &bytes.Buffer{}, bytes.NewReader(tc.original), bytes.NewReader(tc.mask))
+			})
+			e, ok := apierr.As(err)
+			if !ok || e.Status != tc.status || !strings.Contains(e.Message, tc.message) {
+				t.Errorf("Composite = %v, want %d saying %q", err, tc.status, tc.message)
+			}
+			if allocated > 1<<20 {
+				t.Errorf("refusing it allocated %d bytes", allocated)
+			}
+			if compositeBudget.InUse() != 0 {
+				t.Errorf("%d bytes of the budget still held", compositeBudget.InUse())
+			}
+		})
+	}
+}
+
+// TestCompositeWaitsForTheBudget: a composite waits while other mask
+// uploads hold the process's budget, and gives up with its context.
+func TestCompositeWaitsForTheBudget(t *testing.T) {
+	if err := compositeBudget.Acquire(context.Background(), compositeMemory); err != nil {
+		t.Fatal(err)
+	}
+	defer compositeBudget.Release(compositeMemory)
+	small := encode(t, image.NewNRGBA(image.Rect(0, 0, 4, 4)))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := Composite(ctx, &bytes.Buffer{}, bytes.NewReader(small), bytes.NewReader(small))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Composite while the budget is held = %v, want the context's error", err)
 	}
 }

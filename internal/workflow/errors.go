@@ -35,6 +35,9 @@ const (
 	ReasonCycle              = "cycle"
 	ReasonMalformedAssetRef  = "malformed_asset_reference"
 	ReasonUnresolvedAssetRef = "unresolved_asset_reference"
+	// ReasonOverMemoryLimit is a node by which the workflow holds more
+	// memory than a job of the built-in executor may.
+	ReasonOverMemoryLimit = "over_memory_limit"
 )
 
 // FieldError is one entry of details.node_errors[node_id].

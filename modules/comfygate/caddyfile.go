@@ -25,6 +25,7 @@ func init() {
 //		blobs s3 { … }   (see unmarshalBlobs)
 //		asset_retention <duration>
 //		max_upload_size <size>
+//		builtin_memory <size>
 //		jobs {
 //			concurrency <n>
 //			max_queued <n>
@@ -108,16 +109,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := ParseDuration(v, &a.AssetRetention); err != nil {
 				return d.Errf("asset_retention: %v", err)
 			}
-		case "max_upload_size":
-			var v string
-			if !d.AllArgs(&v) {
-				return d.ArgErr()
-			}
-			n, err := humanize.ParseBytes(v)
+		case "max_upload_size", "builtin_memory":
+			name := d.Val()
+			n, err := parseSize(d)
 			if err != nil {
-				return d.Errf("max_upload_size: %v", err)
+				return err
 			}
-			a.MaxUploadBytes = int64(n)
+			*map[string]*int64{"max_upload_size": &a.MaxUploadBytes, "builtin_memory": &a.BuiltinMemory}[name] = n
 		case "pool":
 			p, err := unmarshalPool(d)
 			if err != nil {
@@ -202,6 +200,23 @@ func (c *JobsConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// parseSize reads a directive's one size argument (100MiB, 1GB, …).
+func parseSize(d *caddyfile.Dispenser) (int64, error) {
+	name := d.Val()
+	var v string
+	if !d.AllArgs(&v) {
+		return 0, d.ArgErr()
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, d.Errf("%s: %v", name, err)
+	}
+	if n > 1<<62 {
+		return 0, d.Errf("%s: %s is too large", name, v)
+	}
+	return int64(n), nil
+}
+
 // ParseDuration parses a Caddyfile duration into into (untouched on error).
 func ParseDuration(v string, into *caddy.Duration) error {
 	dur, err := caddy.ParseDuration(v)
@@ -218,6 +233,7 @@ var _ caddyfile.Unmarshaler = (*App)(nil)
 //
 //	pool <name> builtin {
 //		concurrency <n>
+//		job_memory <size>
 //		(and the options every pool takes, below)
 //	}
 //	pool <name> comfyui {
@@ -278,6 +294,12 @@ func unmarshalPool(d *caddyfile.Dispenser) (*PoolConfig, error) {
 			}
 			*map[string]*int{"concurrency": &p.Concurrency, "account_max_queued": &p.AccountMaxQueued,
 				"account_max_running": &p.AccountMaxRunning, "affinity_models": &p.AffinityModels}[name] = n
+		case "job_memory":
+			n, err := parseSize(d)
+			if err != nil {
+				return nil, err
+			}
+			p.JobMemory = n
 		case "max_charge":
 			var v string
 			if !d.AllArgs(&v) {

@@ -5,17 +5,56 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/comfygate/comfygate/internal/jobs"
 )
+
+// appCase is a comfygate block's body and what it must give: the error
+// its configuration fails with (a substring), or an app check passes.
+type appCase struct {
+	name    string
+	block   string
+	wantErr string
+	check   func(t *testing.T, a *App)
+}
+
+func runAppCases(t *testing.T, cases []appCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := provisionedApp(tt.block)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, a)
+		})
+	}
+}
+
+// provisionedApp is the app of a comfygate block's body, with its defaults
+// applied, its configuration validated and its pools provisioned.
+func provisionedApp(block string) (*App, error) {
+	a := new(App)
+	if err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + block + "\n}")); err != nil {
+		return nil, err
+	}
+	a.applyDefaults()
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return a, a.provisionPools()
+}
 
 // The pool price and the per-account bounds: what parses, and what the
 // parser or the app's validation refuses.
 func TestPoolPriceOptions(t *testing.T) {
-	tests := []struct {
-		name    string
-		block   string
-		wantErr string
-		check   func(t *testing.T, a *App)
-	}{
+	tests := []appCase{
 		{"price and bounds", `pool gpu builtin {
 				price {
 					per_job 3
@@ -73,26 +112,48 @@ func TestPoolPriceOptions(t *testing.T) {
 				account_max_queued -1
 			}`, "must not be negative", nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := new(App)
-			err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser("comfygate {\n" + tt.block + "\n}"))
-			if err == nil {
-				a.applyDefaults()
-				if err = a.provisionPools(); err == nil {
-					err = a.Validate()
-				}
+	runAppCases(t, tests)
+}
+
+// The built-in executor's memory: one process budget for every builtin
+// pool, a bound per job on each.
+func TestBuiltinMemoryOptions(t *testing.T) {
+	builtinExec := func(a *App, pool string) *jobs.BuiltinExecutor { return a.executors[pool].exec.(*jobs.BuiltinExecutor) }
+	tests := []appCase{
+		{"defaults", ``, "", func(t *testing.T, a *App) {
+			b := builtinExec(a, BuiltinPool)
+			if b.Memory.Limit() != 1<<30 || b.JobMemory != 512<<20 {
+				t.Fatalf("budget %d, job %d; want 1 GiB and 512 MiB", b.Memory.Limit(), b.JobMemory)
 			}
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				return
+		}},
+		{"a small process", `builtin_memory 256MiB`, "", func(t *testing.T, a *App) {
+			if b := builtinExec(a, BuiltinPool); b.Memory.Limit() != 256<<20 || b.JobMemory != 256<<20 {
+				t.Fatalf("budget %d, job %d; want 256 MiB for both", b.Memory.Limit(), b.JobMemory)
 			}
-			if err != nil {
-				t.Fatal(err)
+		}},
+		{"pools share the process's budget", `builtin_memory 4GiB
+			pool big builtin {
+				job_memory 3GiB
 			}
-			tt.check(t, a)
-		})
+			pool small builtin {
+				job_memory 100MB
+			}`, "", func(t *testing.T, a *App) {
+			big, small, def := builtinExec(a, "big"), builtinExec(a, "small"), builtinExec(a, BuiltinPool)
+			if big.Memory != small.Memory || big.Memory != def.Memory || big.Memory.Limit() != 4<<30 {
+				t.Fatal("the builtin pools do not share one budget of 4 GiB")
+			}
+			if big.JobMemory != 3<<30 || small.JobMemory != 100_000_000 || def.JobMemory != 512<<20 {
+				t.Fatalf("job bounds %d, %d, %d", big.JobMemory, small.JobMemory, def.JobMemory)
+			}
+		}},
+		{"a job over the process", `pool big builtin {
+				job_memory 2GiB
+			}`, "job_memory must be positive and at most builtin_memory", nil},
+		{"a comfyui pool", `pool gpu comfyui {
+				job_memory 1GiB
+			}`, "job_memory bounds builtin pools only", nil},
+		{"not a size", `builtin_memory lots`, "builtin_memory:", nil},
+		{"negative", `builtin_memory -1`, "builtin_memory:", nil},
 	}
+	runAppCases(t, tests)
 }

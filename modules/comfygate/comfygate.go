@@ -38,7 +38,12 @@ func init() {
 const (
 	DefaultDataDir        = "./data"
 	DefaultMaxUploadBytes = 100 << 20
-	sweepInterval         = time.Minute
+	// DefaultBuiltinMemory and DefaultJobMemory bound the built-in
+	// executor (see App.BuiltinMemory): two 512 MiB jobs at once, which a
+	// 2-core machine of a few GB serves beside everything else.
+	DefaultBuiltinMemory = 1 << 30
+	DefaultJobMemory     = 512 << 20
+	sweepInterval        = time.Minute
 )
 
 // App is the comfygate app.
@@ -58,6 +63,12 @@ type App struct {
 	AssetRetention caddy.Duration `json:"asset_retention,omitempty"`
 	// MaxUploadBytes bounds an upload request body. Default 100 MiB.
 	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
+	// BuiltinMemory bounds, in bytes, the memory every builtin pool's jobs
+	// hold at once in this process: their tensors, decoded inputs and
+	// encoded outputs. A job takes the most it will hold, estimated before
+	// its first node, and waits while other jobs hold the budget. Default
+	// 1 GiB.
+	BuiltinMemory int64 `json:"builtin_memory,omitempty"`
 	// JobsConfig configures job submission and execution.
 	JobsConfig *JobsConfig `json:"jobs,omitempty"`
 	// Pools are the worker pools jobs run on. A builtin pool named
@@ -182,6 +193,9 @@ func (a *App) applyDefaults() {
 	if a.MaxUploadBytes == 0 {
 		a.MaxUploadBytes = DefaultMaxUploadBytes
 	}
+	if a.BuiltinMemory == 0 {
+		a.BuiltinMemory = DefaultBuiltinMemory
+	}
 	if a.JobsConfig == nil {
 		a.JobsConfig = &JobsConfig{}
 	}
@@ -219,6 +233,9 @@ func (a *App) Validate() error {
 	}
 	if a.MaxUploadBytes < 0 {
 		return fmt.Errorf("comfygate: max_upload_bytes must not be negative")
+	}
+	if a.BuiltinMemory < 0 {
+		return fmt.Errorf("comfygate: builtin_memory must not be negative")
 	}
 	if a.AssetRetention < 0 {
 		return fmt.Errorf("comfygate: asset_retention must not be negative")

@@ -108,11 +108,16 @@ func (a *App) DefaultPool() string {
 // Jobs returns the jobs service of a pool (which must exist; see HasPool).
 // Valid after Ready.
 func (a *App) Jobs(pool string) *jobs.Service {
+	var precheck func(context.Context, workflow.Graph) error
+	if b, ok := a.executors[pool].exec.(*jobs.BuiltinExecutor); ok {
+		precheck = b.Precheck
+	}
 	return &jobs.Service{
 		Store:     a.res.store,
 		Blobs:     a.res.blobs,
 		Bus:       a.res.bus,
 		Catalog:   a.poolCatalog(pool),
+		Precheck:  precheck,
 		ExtraData: a.res.extraData,
 		Config: jobs.Config{
 			Pool:             pool,

@@ -14,6 +14,7 @@ import (
 	"github.com/comfygate/comfygate/internal/comfyui"
 	"github.com/comfygate/comfygate/internal/credits"
 	"github.com/comfygate/comfygate/internal/jobs"
+	"github.com/comfygate/comfygate/internal/membudget"
 	"github.com/comfygate/comfygate/storage"
 )
 
@@ -36,6 +37,13 @@ type PoolConfig struct {
 	// Concurrency is, for a builtin pool, how many jobs run at once in this
 	// process. Default: the jobs block's concurrency.
 	Concurrency int `json:"concurrency,omitempty"`
+	// JobMemory bounds, for a builtin pool, the memory one job holds at
+	// once, in bytes (at most the app's builtin_memory). A workflow that
+	// needs more fails: at submit (422 invalid_workflow) when its widgets
+	// alone show it, else before its first node, or at the node that
+	// crosses it (node_execution_error). Default 512 MiB, or builtin_memory
+	// when that is smaller.
+	JobMemory int64 `json:"job_memory,omitempty"`
 	// Workers are, for a comfyui pool, the ComfyUI servers.
 	Workers []ComfyUIWorker `json:"workers,omitempty"`
 	// DNS are, for a comfyui pool, names whose addresses are workers,
@@ -208,7 +216,13 @@ func (a *App) validatePools() error {
 			if len(p.Workers) > 0 {
 				return fmt.Errorf("comfygate: builtin pool %q takes no workers", p.Name)
 			}
+			if p.JobMemory < 0 || p.JobMemory > a.BuiltinMemory {
+				return fmt.Errorf("comfygate: builtin pool %q: job_memory must be positive and at most builtin_memory (%d bytes)", p.Name, a.BuiltinMemory)
+			}
 		case KindComfyUI:
+			if p.JobMemory != 0 {
+				return fmt.Errorf("comfygate: pool %q: job_memory bounds builtin pools only (a ComfyUI worker's memory is its own)", p.Name)
+			}
 			// No worker at all is a pool at zero: workers come from the
 			// admin API (an autoscaler following the scale signal).
 			if err := p.validateScale(); err != nil {
@@ -328,6 +342,7 @@ func (a *App) PoolStates() []PoolState {
 // comfyui pool starts its connections when the app starts.
 func (a *App) provisionPools() error {
 	a.executors = map[string]poolExecutor{}
+	var memory *membudget.Budget
 	for _, p := range a.poolsWithDefaults() {
 		var pe poolExecutor
 		switch p.Kind {
@@ -336,7 +351,17 @@ func (a *App) provisionPools() error {
 			if n == 0 {
 				n = a.JobsConfig.Concurrency
 			}
-			pe = poolExecutor{kind: KindBuiltin, exec: new(jobs.BuiltinExecutor), capacity: n}
+			if memory == nil {
+				var err error
+				if memory, err = a.builtinMemory(); err != nil {
+					return err
+				}
+			}
+			jobMemory := p.JobMemory
+			if jobMemory == 0 {
+				jobMemory = min(DefaultJobMemory, a.BuiltinMemory)
+			}
+			pe = poolExecutor{kind: KindBuiltin, exec: &jobs.BuiltinExecutor{Memory: memory, JobMemory: jobMemory}, capacity: n}
 		case KindComfyUI:
 			var err error
 			if pe, err = a.comfyUIPool(p); err != nil {
@@ -353,6 +378,26 @@ func (a *App) provisionPools() error {
 	}
 	return nil
 }
+
+// builtinMemory is the process's budget for built-in jobs, shared by every
+// builtin pool and kept across a reload that keeps its size (jobs that
+// run on through the reload still hold their part of it).
+func (a *App) builtinMemory() (*membudget.Budget, error) {
+	key := fmt.Sprintf("builtin_memory:%d", a.BuiltinMemory)
+	val, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return memoryBudget{membudget.New(a.BuiltinMemory)}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.poolKeys = append(a.poolKeys, key)
+	return val.(memoryBudget).Budget, nil
+}
+
+// memoryBudget holds a budget in the usage pool; it has nothing to close.
+type memoryBudget struct{ *membudget.Budget }
+
+func (memoryBudget) Destruct() error { return nil }
 
 // comfyUIPool returns the shared ComfyUI pool for p's configuration: a
 // reload that keeps the configuration keeps its connections.

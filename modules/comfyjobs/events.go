@@ -1,6 +1,7 @@
 package comfyjobs
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
@@ -67,9 +68,15 @@ type stream struct {
 
 // sseFrame renders one event.
 func sseFrame(event string, data any) ([]byte, error) {
-	payload, err := json.Marshal(data)
-	if err != nil {
-		return nil, err
+	payload, ok := data.(json.RawMessage)
+	// An event's payload is JSON already, which json.Marshal would only
+	// copy (twice, growing its buffer): for a preview, megabytes of base64
+	// per frame and stream. It must be one line; Marshal compacts it.
+	if !ok || bytes.ContainsAny(payload, "\r\n") || !json.Valid(payload) {
+		var err error
+		if payload, err = json.Marshal(data); err != nil {
+			return nil, err
+		}
 	}
 	b := make([]byte, 0, len(event)+len(payload)+16)
 	b = append(b, "event: "...)

@@ -318,8 +318,14 @@ func (e *execution) runFake(id string, n node) (map[string]any, error) {
 		return nil, errors.New(msg)
 	case "PreviewNode":
 		frames, stepMS, size := intInput(n, "frames", 3), intInput(n, "step_ms", 100), intInput(n, "size", 4)
+		e.p.mu.Lock()
+		fixed := e.p.sw.PreviewImage
+		e.p.mu.Unlock()
 		for i := 0; i < frames; i++ {
-			img := previewPNG(uint8(i*40), size)
+			img := fixed
+			if img == nil {
+				img = previewPNG(uint8(i*40), size)
+			}
 			e.p.sendBinary(e.pr.clientID, func(meta bool) []byte { return previewFrame(meta, e.pr.id, id, img) })
 			if !sleepCtx(ctx, time.Duration(stepMS)*time.Millisecond) {
 				return nil, ctx.Err()

@@ -55,6 +55,9 @@ type Switches struct {
 	// DropAnswers queues the prompt and closes the connection instead of
 	// answering POST /prompt (an answer lost on the way).
 	DropAnswers bool
+	// PreviewImage, when set, is what PreviewNode sends as every preview
+	// (a hostile worker's: a decompression bomb, say).
+	PreviewImage []byte
 }
 
 // Options shape a peer at creation.

@@ -51,6 +51,7 @@ type config struct {
 	mediaExpiry time.Duration
 	mediaSize   int
 	mediaURL    string
+	mediaData   []byte
 	base64      bool
 }
 
@@ -97,6 +98,12 @@ func WithMediaSize(n int) Option { return func(c *config) { c.mediaSize = n } }
 // WithMediaURL makes answers point at u instead of the peer's own media:
 // an address the router must not fetch, one that is too large or too slow.
 func WithMediaURL(u string) Option { return func(c *config) { c.mediaURL = u } }
+
+// WithBase64Data makes the JSON and fal peers answer their images as
+// base64 of data (a decompression bomb, say) instead of MediaBytes.
+func WithBase64Data(data []byte) Option {
+	return func(c *config) { c.base64, c.mediaData = true, data }
+}
 
 // WithBase64Media makes the JSON and fal peers answer their images as
 // base64 payloads (OpenAI Images' "b64_json") instead of URLs.

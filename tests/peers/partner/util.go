@@ -150,7 +150,11 @@ func (p *Peer) imageOutput(id string, in input, cfg config) map[string]any {
 		img := map[string]any{"content_type": "image/png", "width": 1024, "height": 1024}
 		if cfg.base64 {
 			// OpenAI Images' b64_json in place of the URL.
-			img["b64_json"] = base64.StdEncoding.EncodeToString(MediaBytes(id, cfg.mediaSize))
+			data := cfg.mediaData
+			if data == nil {
+				data = MediaBytes(id, cfg.mediaSize)
+			}
+			img["b64_json"] = base64.StdEncoding.EncodeToString(data)
 		} else {
 			img["url"] = p.mediaURL(id, cfg)
 		}
