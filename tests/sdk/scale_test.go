@@ -100,13 +100,32 @@ http://:{PORT} {
 		t.Fatalf("first submission: %d Retry-After %q, want 429 with the configured 2 (no cold start measured yet)",
 			resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+	// The SDK submits first; the provisioner starts once the SDK has been
+	// refused (zero.test.mjs writes refusedFile), so that its first submit
+	// always finds the pool at zero, however long node takes to start.
+	start := time.Now()
+	jobFile, refusedFile := filepath.Join(dir, "job-id"), filepath.Join(dir, "refused")
+	env := []string{"COMFY_BASE_URL=" + base, "COMFY_API_KEY=" + key, "COMFYGATE_JOB_FILE=" + jobFile,
+		"COMFYGATE_REFUSED_FILE=" + refusedFile}
+	sdkDone := make(chan struct{})
+	var sdkErr error
+	go func() { defer close(sdkDone); sdkErr = nodeTests(t, env, filepath.Join("scale", "zero.test.mjs")) }()
+	for {
+		if _, err := os.Stat(refusedFile); err == nil {
+			break
+		}
+		select {
+		case <-sdkDone:
+			t.Fatalf("the SDK's test ended before it was refused: %v", sdkErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	prov := provisioner.Start(t, provisioner.Config{Admin: "http://" + admin, Pool: "gpu",
 		Peer: comfyuipeer.Options{ColdStart: 3 * time.Second}})
-
-	start := time.Now()
-	jobFile := filepath.Join(dir, "job-id")
-	env := []string{"COMFY_BASE_URL=" + base, "COMFY_API_KEY=" + key, "COMFYGATE_JOB_FILE=" + jobFile}
-	runNodeTests(t, env, filepath.Join("scale", "zero.test.mjs"))
+	<-sdkDone
+	if sdkErr != nil {
+		t.Fatal(sdkErr)
+	}
 	took := time.Since(start)
 	_, _, most, started, _ := prov.Stats()
 	if started != 1 || most != 1 {

@@ -5,6 +5,7 @@
 package sdk
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,12 +71,21 @@ func runSDKTests(t *testing.T, g *gateway.Gateway, env ...string) {
 // absolute) with env added to the environment, and fails t when any fails.
 func runNodeTests(t *testing.T, env []string, files ...string) {
 	t.Helper()
+	if err := nodeTests(t, env, files...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeTests is runNodeTests for a goroutine other than the test's: it
+// logs node's output and returns its failure.
+func nodeTests(t *testing.T, env []string, files ...string) error {
 	cmd := exec.Command("node", append([]string{"--test", "--test-reporter=spec"}, files...)...)
 	cmd.Dir = sdkDir(t)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test:\n%s", out)
 	if err != nil {
-		t.Fatalf("SDK tests failed: %v", err)
+		return fmt.Errorf("SDK tests failed: %w", err)
 	}
+	return nil
 }

@@ -18,6 +18,8 @@ test("a deployment at zero: the SDK's retry runs the job once a worker is up", a
     if ((init?.method ?? "GET") === "POST" && new URL(String(url)).pathname.endsWith("/jobs")) {
       const code = response.status === 429 ? (await response.clone().json()).error?.code : "";
       submits.push(`${response.status} ${code}`.trim());
+      // The Go side starts the provisioner once the SDK was refused.
+      if (response.status === 429) writeFileSync(process.env.COMFYGATE_REFUSED_FILE, code);
     }
     return response;
   };
