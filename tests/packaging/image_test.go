@@ -73,16 +73,19 @@ func TestImage(t *testing.T) {
 	tag := fmt.Sprintf("localhost/comfygate-test:%d-%d", os.Getpid(), time.Now().UnixNano())
 	revision := strings.TrimSpace(runIn(t, root, "git", "rev-parse", "HEAD"))
 	start = time.Now()
+	existing := buildahContainers(t, buildah)
+	t.Cleanup(func() { removeBuild(t, buildah, tag, existing) })
 	runIn(t, clone, buildah, "build", "--quiet", "--build-arg", "BINARY_FROM=prebuilt",
 		"--build-arg", "VERSION=v0.0.0-test", "--build-arg", "REVISION="+revision, "-t", tag, ".")
 	t.Logf("built image %s in %s", tag, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() { _ = exec.Command(buildah, "rmi", "--force", tag).Run() })
 
 	cfg := inspectImage(t, buildah, tag)
 	checkImageConfig(t, cfg, revision)
 
+	start = time.Now()
 	rootfs := exportImage(t, buildah, tag)
 	checkImageFiles(t, rootfs, clone)
+	t.Logf("exported and checked its root file system in %s", time.Since(start).Round(time.Millisecond))
 
 	// The tour, against the gateway run from the root file system as the
 	// image runs it.
@@ -93,8 +96,10 @@ func TestImage(t *testing.T) {
 	tour := readRecipe(t, readme, "quickstart")
 	tour.server = imageCommand(cfg, rootfs)
 	before := filesOutsideData(t, rootfs)
+	start = time.Now()
 	blocks := tour.run(t, clone, nil, "", "http://127.0.0.1:8189/", "unshare", "-n")
 	checkTour(t, clone, blocks)
+	t.Logf("the tour took %s", time.Since(start).Round(time.Millisecond))
 
 	// It wrote its store and Caddy's data under /data, as the image's user,
 	// and nothing elsewhere.
@@ -108,6 +113,37 @@ func TestImage(t *testing.T) {
 	}
 	if after := filesOutsideData(t, rootfs); !slices.Equal(before, after) {
 		t.Errorf("the gateway changed the root file system outside /data: %v, then %v", before, after)
+	}
+}
+
+// buildahContainers returns buildah's working containers: ID → image ID.
+func buildahContainers(t *testing.T, buildah string) map[string]string {
+	t.Helper()
+	var list []struct {
+		ID      string `json:"id"`
+		ImageID string `json:"imageid"`
+	}
+	if err := json.Unmarshal([]byte(runIn(t, "", buildah, "containers", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, c := range list {
+		ids[c.ID] = c.ImageID
+	}
+	return ids
+}
+
+// removeBuild removes the image and what its build left: buildah 1.28
+// keeps the working container of the stage that BINARY_FROM aliases, and
+// that stage's image, after the build. Containers that were there before
+// (the test's own are gone by now) are left alone.
+func removeBuild(t *testing.T, buildah, tag string, before map[string]string) {
+	_ = exec.Command(buildah, "rmi", "--force", tag).Run()
+	for id, image := range buildahContainers(t, buildah) {
+		if _, ok := before[id]; !ok {
+			_ = exec.Command(buildah, "rm", id).Run()
+			_ = exec.Command(buildah, "rmi", image).Run()
+		}
 	}
 }
 
@@ -331,14 +367,17 @@ func runIn(t *testing.T, dir, name string, args ...string) string {
 // TestContainerExample checks that the image's default config is the
 // self-hosted example with only what a container needs changed: it
 // listens on every interface (the container's own; publishing decides who
-// reaches it) instead of 127.0.0.1, and keeps its store under the volume.
+// reaches it) instead of 127.0.0.1, keeps its store under the volume, and
+// names the admin endpoint's loopback address (scratch has no /etc/hosts
+// for localhost; a runtime usually mounts one, but need not).
 func TestContainerExample(t *testing.T) {
 	examples := filepath.Join(gateway.RepoRoot(t), "caddyfile-examples")
 	_, selfHosted := adapt(t, filepath.Join(examples, "self-hosted.Caddyfile"))
 	_, container := adapt(t, filepath.Join(examples, "container.Caddyfile"))
-	want := strings.NewReplacer(`"listen":["127.0.0.1:8189"]`, `"listen":[":8189"]`,
+	want := strings.NewReplacer(`{"apps":`, `{"admin":{"listen":"127.0.0.1:2019"},"apps":`,
+		`"listen":["127.0.0.1:8189"]`, `"listen":[":8189"]`,
 		`"dir":"./data"`, `"dir":"/data/comfygate"`).Replace(string(selfHosted))
 	if string(container) != want {
-		t.Errorf("container.Caddyfile adapts to\n%s\nwant the self-hosted example's with :8189 and /data/comfygate:\n%s", container, want)
+		t.Errorf("container.Caddyfile adapts to\n%s\nwant the self-hosted example's with the admin on 127.0.0.1, :8189 and /data/comfygate:\n%s", container, want)
 	}
 }
