@@ -114,14 +114,7 @@ func adapt(t *testing.T, caddyfile string, env ...string) (adaptedConfig, []byte
 	t.Helper()
 	cmd := exec.Command(gateway.Binary(t), "adapt", "--config", caddyfile, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("comfygate adapt %s: %v\n%s", caddyfile, err, stderr)
-	}
+	out := []byte(output(t, cmd))
 	var cfg adaptedConfig
 	if err := json.Unmarshal(out, &cfg); err != nil {
 		t.Fatalf("adapted %s: %v", caddyfile, err)
@@ -151,15 +144,7 @@ func loadCluster(t *testing.T) cluster {
 		t.Log("kubectl is not installed: checking the manifest files as written, not rendered")
 		for _, f := range []string{"namespace.yaml", "gateway/deployment.yaml", "gateway/service.yaml", "gateway/pdb.yaml",
 			"comfyui/base/deployment.yaml", "comfyui/base/service.yaml", "comfyui/keda/scaledobject.yaml"} {
-			data, err := os.ReadFile(filepath.Join(dir, f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := decodeManifests(data)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			c.objs = append(c.objs, objs...)
+			c.objs = append(c.objs, decodeFile(t, filepath.Join(dir, f))...)
 		}
 	}
 	rendered := renderedWithKubectl()
@@ -409,13 +394,9 @@ func checkSelects(t *testing.T, what string, selector map[string]string, d *apps
 // readSecretExample decodes gateway/secret.example.yaml.
 func readSecretExample(t *testing.T) *corev1.Secret {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(kubeDir(t), "gateway", "secret.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeManifests(data)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("secret.example.yaml: %v (%d objects)", err, len(objs))
+	objs := decodeFile(t, filepath.Join(kubeDir(t), "gateway", "secret.example.yaml"))
+	if len(objs) != 1 {
+		t.Fatalf("secret.example.yaml holds %d objects, want the Secret", len(objs))
 	}
 	return objs[0].(*corev1.Secret)
 }
@@ -557,13 +538,7 @@ func TestKubernetesComfyUIPool(t *testing.T) {
 	// The HPA alternative, in comfyui/hpa.
 	hpaObjs := renderKustomization(t, filepath.Join(kubeDir(t), "comfyui", "hpa"))
 	if hpaObjs == nil {
-		data, err := os.ReadFile(filepath.Join(kubeDir(t), "comfyui", "hpa", "hpa.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hpaObjs, err = decodeManifests(data); err != nil {
-			t.Fatal(err)
-		}
+		hpaObjs = decodeFile(t, filepath.Join(kubeDir(t), "comfyui", "hpa", "hpa.yaml"))
 	}
 	hpa := find[*autoscalingv2.HorizontalPodAutoscaler](t, hpaObjs, "comfyui-gpu")
 	if hpa.Spec.ScaleTargetRef.Name != comfy.Name || hpa.Spec.MaxReplicas != pool.Scale.MaxWorkers {

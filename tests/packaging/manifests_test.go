@@ -174,17 +174,23 @@ func renderKustomization(t *testing.T, dir string) []object {
 	if err != nil {
 		return nil
 	}
-	out, err := exec.Command(kubectl, "kustomize", dir).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr)
-	}
-	objs, err := decodeManifests(out)
+	objs, err := decodeManifests([]byte(runIn(t, "", kubectl, "kustomize", dir)))
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	return objs
+}
+
+// decodeFile decodes the manifests of a file strictly.
+func decodeFile(t *testing.T, path string) []object {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeManifests(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	return objs
 }

@@ -156,16 +156,7 @@ func TestQuickStart(t *testing.T) {
 }
 export -f go
 `
-	netns := []string{"unshare", "-rn"}
-	if err := exec.Command("unshare", "-rn", "ip", "link", "set", "lo", "up").Run(); err != nil {
-		t.Logf("unshare -rn is not allowed here (%v): running on the host's network", err)
-		for _, addr := range []string{"127.0.0.1:8189", "127.0.0.1:2019"} {
-			if portInUse(addr) {
-				t.Fatalf("%s is in use and no network namespace can be made: the quick start needs it", addr)
-			}
-		}
-		netns = nil
-	}
+	netns := privateNetwork(t, []string{"unshare", "-rn"}, "127.0.0.1:8189", "127.0.0.1:2019")
 	blocks := qs.run(t, clone, []string{"COMFYGATE_QUICKSTART_BIN=" + bin}, goFunc, "http://127.0.0.1:8189/", netns...)
 	checkTour(t, clone, blocks)
 }
@@ -311,6 +302,25 @@ func copyTracked(t *testing.T, root, dir string) {
 // shellQuote quotes s as one word for bash.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// privateNetwork returns netns (a command prefix such as unshare -rn) when
+// it can make a network namespace here, so that a recipe's fixed ports
+// cannot meet another gateway on this machine; else nil, for the host's
+// network, once it has checked that the ports are free there.
+func privateNetwork(t *testing.T, netns []string, addrs ...string) []string {
+	t.Helper()
+	err := exec.Command(netns[0], append(netns[1:], "ip", "link", "set", "lo", "up")...).Run()
+	if err == nil {
+		return netns
+	}
+	t.Logf("%s is not allowed here (%v): running on the host's network", strings.Join(netns, " "), err)
+	for _, addr := range addrs {
+		if portInUse(addr) {
+			t.Fatalf("%s is in use and no network namespace can be made: the recipe needs it", addr)
+		}
+	}
+	return nil
 }
 
 // portInUse reports whether something accepts connections on addr.
