@@ -71,9 +71,10 @@ func readRecipe(t *testing.T, page []byte, name string) recipe {
 // settings, in place of the env block), the server block in the background
 // until ready answers, then each other block in a shell of its own as a
 // reader pastes it. It returns each block's output, failing the test when
-// a block fails, and stops the server. With netns the script runs in a
-// network namespace of its own (unshare -rn), with only a loopback.
-func (r recipe) run(t *testing.T, dir string, env []string, prelude, ready string, netns bool) []string {
+// a block fails, and stops the server. With a netns command (unshare -rn,
+// or unshare -n as root) the script runs in a network namespace of its own,
+// with only a loopback; with none, on the host's network.
+func (r recipe) run(t *testing.T, dir string, env []string, prelude, ready string, netns ...string) []string {
 	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -u\n" + prelude)
@@ -94,8 +95,8 @@ status=0
 		t.Fatal(err)
 	}
 	args := []string{"bash", ".recipe.sh"}
-	if netns {
-		args = []string{"unshare", "-rn", "bash", "-c", "ip link set lo up && exec bash .recipe.sh"}
+	if len(netns) > 0 {
+		args = append(netns, "bash", "-c", "ip link set lo up && exec bash .recipe.sh")
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
@@ -155,18 +156,16 @@ func TestQuickStart(t *testing.T) {
 }
 export -f go
 `
-	netns := true
-	if err := exec.Command("unshare", "-rn", "ip", "link", "set", "lo", "up").Run(); err != nil {
-		t.Logf("unshare -rn is not allowed here (%v): running on the host's network", err)
-		for _, addr := range []string{"127.0.0.1:8189", "127.0.0.1:2019"} {
-			if portInUse(addr) {
-				t.Fatalf("%s is in use and no network namespace can be made: the quick start needs it", addr)
-			}
-		}
-		netns = false
-	}
-	blocks := qs.run(t, clone, []string{"COMFYGATE_QUICKSTART_BIN=" + bin}, goFunc, "http://127.0.0.1:8189/", netns)
+	netns := privateNetwork(t, []string{"unshare", "-rn"}, "127.0.0.1:8189", "127.0.0.1:2019")
+	blocks := qs.run(t, clone, []string{"COMFYGATE_QUICKSTART_BIN=" + bin}, goFunc, "http://127.0.0.1:8189/", netns...)
+	checkTour(t, clone, blocks)
+}
 
+// checkTour checks what the README's tour printed and saved in dir: the
+// uploaded text back, the job's success in its events, and inverted.png
+// the photo inverted.
+func checkTour(t *testing.T, dir string, blocks []string) {
+	t.Helper()
 	if !strings.HasSuffix(blocks[0], "hello") {
 		t.Errorf("the asset round trip printed %q, want it to end with the uploaded text", blocks[0])
 	}
@@ -174,7 +173,7 @@ export -f go
 	if !strings.Contains(last, "event: status") || !strings.Contains(last, `"status":"succeeded"`) {
 		t.Errorf("the job's events show no success:\n%s", last)
 	}
-	checkInverted(t, filepath.Join(clone, "docs", "photo.png"), filepath.Join(clone, "inverted.png"))
+	checkInverted(t, filepath.Join(dir, "docs", "photo.png"), filepath.Join(dir, "inverted.png"))
 }
 
 // TestServerlessTrial (issue 26, item 8) runs docs/serverless.md's recipe
@@ -227,7 +226,7 @@ func TestServerlessTrial(t *testing.T) {
 	// another Caddy on this machine may hold.
 	fmt.Fprintf(&env, "export CADDY_ADMIN=127.0.0.1:%d\nexport PATH=%s\n", ports[2], shellQuote(binDir+":"+os.Getenv("PATH")))
 
-	blocks := r.run(t, clone, nil, env.String(), fmt.Sprintf("http://127.0.0.1:%d/", ports[0]), false)
+	blocks := r.run(t, clone, nil, env.String(), fmt.Sprintf("http://127.0.0.1:%d/", ports[0]))
 	all := strings.Join(blocks, "")
 	if n := strings.Count(all, `{"jobs":[]}`); n != 3 {
 		t.Errorf("the recipe's three requests (prefix, Host header, HTTPS) answered %d job lists, want 3", n)
@@ -303,6 +302,25 @@ func copyTracked(t *testing.T, root, dir string) {
 // shellQuote quotes s as one word for bash.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// privateNetwork returns netns (a command prefix such as unshare -rn) when
+// it can make a network namespace here, so that a recipe's fixed ports
+// cannot meet another gateway on this machine; else nil, for the host's
+// network, once it has checked that the ports are free there.
+func privateNetwork(t *testing.T, netns []string, addrs ...string) []string {
+	t.Helper()
+	err := exec.Command(netns[0], append(netns[1:], "ip", "link", "set", "lo", "up")...).Run()
+	if err == nil {
+		return netns
+	}
+	t.Logf("%s is not allowed here (%v): running on the host's network", strings.Join(netns, " "), err)
+	for _, addr := range addrs {
+		if portInUse(addr) {
+			t.Fatalf("%s is in use and no network namespace can be made: the recipe needs it", addr)
+		}
+	}
+	return nil
 }
 
 // portInUse reports whether something accepts connections on addr.
