@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"sort"
 	"strconv"
@@ -218,8 +219,11 @@ func (a *attempt) submit(ctx context.Context) error {
 			return fmt.Errorf("comfyui /prompt: HTTP 400 without a JSON body")
 		}
 		return validationError(ans)
-	case err != nil && isTransport(err):
-		// The prompt may have been queued before the answer was lost.
+	case err != nil && (isTransport(err) || errors.As(err, &se) && unavailable(se.Status)):
+		// The prompt may have been queued before the answer was lost (or
+		// before a proxy in front of the worker gave up). A worker that
+		// refuses it while it shuts down has not run it: the job is handed
+		// on, not failed.
 		if l, lerr := a.locate(ctx); lerr == nil && l.state != notQueued {
 			a.log.Warn("POST /prompt's answer was lost; following the prompt found in the queue", zap.Error(err))
 			a.claim(l.id)
@@ -279,6 +283,12 @@ func (p *Pool) cleanupLater(w *worker, promptID string, haveHistory bool) {
 			w.log.Debug("deleting a prompt's history", zap.String("prompt_id", promptID), zap.Error(err))
 		}
 	}()
+}
+
+// unavailable reports whether an HTTP status says the worker (or a proxy
+// in front of it) did not take the request now, rather than refused it.
+func unavailable(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
 func cloneGraph(g workflow.Graph) workflow.Graph {

@@ -76,6 +76,30 @@ func TestPromptIDOfTheAnswer(t *testing.T) {
 	}
 }
 
+// TestRefusedPromptIsHandedOn: a POST /prompt answered 503 (a worker
+// that shuts down, or a proxy in front of one that is away) queued
+// nothing; the attempt is handed on (WorkerLostError), not failed, and
+// the next attempt runs once the worker takes prompts again.
+func TestRefusedPromptIsHandedOn(t *testing.T) {
+	t.Parallel()
+	peer := comfyuipeer.New(t, comfyuipeer.Options{})
+	peer.Set(func(s *comfyuipeer.Switches) { s.RefusePrompts = true })
+	pool := newPool(t, 1, peer)
+	run, _ := newRun(t, slowGraph, nil)
+	if err := pool.Execute(context.Background(), run); !isWorkerLost(err) {
+		t.Fatalf("Execute on a worker answering 503 = %v, want WorkerLostError", err)
+	}
+	if n := peer.Stats().Prompts; n != 0 {
+		t.Errorf("%d prompts queued on the refusing worker, want 0", n)
+	}
+	peer.Set(func(s *comfyuipeer.Switches) { s.RefusePrompts = false })
+	run, _ = newRun(t, slowGraph, nil)
+	run.Job.Attempt = 2
+	if err := pool.Execute(context.Background(), run); err != nil {
+		t.Fatalf("the next attempt: %v", err)
+	}
+}
+
 // TestUnmatchedAnswersBreakTheWorker (issue 39): a worker whose answers
 // name prompts it does not have (its /queue, /history and socket never
 // mention them) is marked unhealthy with the reason, and stays so while it

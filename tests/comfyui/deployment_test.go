@@ -170,6 +170,9 @@ func TestDeploymentWhileItsOnlyWorkerDrains(t *testing.T) {
 	gateway.WaitJob(t, base.URL, done, 30*time.Second, func(s string) bool { return s == "succeeded" })
 	running := submitOK(t, base, slowText(80, 100, "finished by the draining worker"))
 	gateway.WaitJob(t, base.URL, running, 30*time.Second, func(s string) bool { return s == "running" })
+	// "running" is the lease; the worker has the prompt only once /prompt
+	// was answered (a drain before that hands the job on).
+	until(t, "the worker runs the long prompt", func() bool { return peer.Running() != "" })
 	queued := submitOK(t, base, slowText(1, 1, "waits"))
 
 	peer.Shutdown(time.Minute) // it finishes its queue, then lingers

@@ -55,6 +55,9 @@ type Switches struct {
 	// DropAnswers queues the prompt and closes the connection instead of
 	// answering POST /prompt (an answer lost on the way).
 	DropAnswers bool
+	// RefusePrompts answers POST /prompt 503 without queuing it, as a proxy
+	// in front of a worker that is away does.
+	RefusePrompts bool
 	// PreviewImage, when set, is what PreviewNode sends as every preview
 	// (a hostile worker's: a decompression bomb, say).
 	PreviewImage []byte

@@ -36,6 +36,13 @@ func (p *Peer) postPrompt(w http.ResponseWriter, r *http.Request) {
 	if p.refuseWhileStopping(w) {
 		return
 	}
+	p.mu.Lock()
+	refuse := p.sw.RefusePrompts
+	p.mu.Unlock()
+	if refuse {
+		http.Error(w, "503 Service Unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	p.logf("got prompt")
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		http.Error(w, "500 Internal Server Error", http.StatusInternalServerError)
