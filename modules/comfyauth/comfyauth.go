@@ -20,6 +20,7 @@ import (
 	"github.com/comfygate/comfygate/internal/apikey"
 	"github.com/comfygate/comfygate/internal/browsersafe"
 	"github.com/comfygate/comfygate/internal/deployments"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/router/jwtauth"
 	"github.com/comfygate/comfygate/modules/comfygate"
@@ -146,7 +147,10 @@ func (h *Handler) Validate() error {
 // deployment that comfy_deployment resolved, it then admits the caller:
 // the public demo takes anyone as its owner account without looking at
 // credentials; any other deployment only its owner (see deployments.Scope).
+// A request whose body came chunked closes its connection after the answer
+// (httpx.CloseAfterChunked: request smuggling).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	httpx.CloseAfterChunked(w, r) // before anything can answer
 	scope, scoped := deployments.From(r.Context())
 	browsers := h.browsers
 	if scoped && scope.Mount == "" {

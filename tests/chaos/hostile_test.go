@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
@@ -251,6 +252,7 @@ func hostileCases(key *rsa.PrivateKey, pubPEM []byte) []hostileCase {
 		{name: "workflow bomb: 100,000-deep JSON nesting", send: submitBody(nestedWorkflow(100000)), wantStatus: []int{400, 413, 422}},
 		{name: "workflow bomb: 8 MiB string", send: submitBody(workflowOf(map[string]any{"1": map[string]any{"class_type": "TextOutput",
 			"inputs": map[string]any{"text": strings.Repeat("a", 8<<20)}}})), wantStatus: []int{413, 422}},
+		{name: "smuggled request behind Transfer-Encoding and Content-Length", send: smuggle, wantStatus: []int{400, 415, 422}},
 		{name: "JWT alg none", send: routerWith(none), wantStatus: []int{401}, wantCode: "unauthorized"},
 		{name: "JWT HS256 signed with the RS256 public key", send: routerWith(hsPub), wantStatus: []int{401}, wantCode: "unauthorized"},
 		{name: "JWT RS256 control (accepted, upstream unreachable)", send: routerWith(good), wantStatus: []int{502, 503, 504}},
@@ -403,3 +405,38 @@ func slowloris(t *testing.T, g *gateway.Gateway) {
 // for as long as the client keeps trickling; RELIABILITY.md lists that
 // as an open finding.
 const slowlorisBound = 10 * time.Second
+
+// smuggle sends a POST framed both by Transfer-Encoding (an empty chunked
+// body) and by Content-Length, then a GET on the same connection: the GET
+// is what a proxy framing by Content-Length would not have seen as a
+// request. The gateway answers the POST and closes the connection; an
+// answer to the GET is reported as status 0, code "smuggled".
+func smuggle(t *testing.T, base string) (int, string) {
+	t.Helper()
+	host := strings.TrimPrefix(base, "http://")
+	c, err := net.DialTimeout("tcp", host, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "POST /api/v2/jobs HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n" +
+		"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+		"GET /api/v2/jobs HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to the POST: %v", err)
+	}
+	b, _ := io.ReadAll(first.Body)
+	first.Body.Close()
+	if second, err := http.ReadResponse(br, nil); err == nil {
+		second.Body.Close()
+		return 0, "smuggled"
+	}
+	code, _ := envelope(b)
+	return first.StatusCode, code
+}

@@ -1,0 +1,20 @@
+package httpx
+
+import "net/http"
+
+// CloseAfterChunked asks the server to close an HTTP/1.1 connection once
+// it has answered a request whose body came chunked.
+//
+// Go's server frames such a body by Transfer-Encoding and silently drops a
+// Content-Length sent with it, then keeps the connection for the next
+// request (golang/go#80942, still so in Go 1.27). A proxy in front that
+// framed the same bytes by Content-Length disagrees about where the next
+// request starts, and a request can be smuggled past it. RFC 9112 §6.1
+// asks a server to close the connection after such a request; the dropped
+// header cannot be seen here, so every chunked request gets that: a
+// client that streams a body chunked pays one reconnect.
+func CloseAfterChunked(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		w.Header().Set("Connection", "close")
+	}
+}
