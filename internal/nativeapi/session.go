@@ -331,6 +331,13 @@ func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscrip
 		}
 		return take(f.Job(j))
 	}
+	if !join {
+		// The prompt was queued while the socket was open: ComfyUI
+		// sends every socket the queue's status then, before the
+		// prompt's first message.
+		s.recount(ctx)
+		s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+	}
 	switch {
 	case join:
 		j, err := s.Svc.Jobs.Get(ctx, s.Account, jobID)
