@@ -74,7 +74,11 @@ type Follower struct {
 	// this attempt.
 	listed int
 	done   bool
-	now    func() time.Time
+	// closing is the prompt's last message (executing null), held by Job
+	// for Closing: ComfyUI sends the queue's status between the result and
+	// it.
+	closing []Frame
+	now     func() time.Time
 }
 
 // NewFollower follows job id.
@@ -185,7 +189,41 @@ func (f *Follower) Job(j storage.Job) []Frame {
 		out = append(out, textFrame("execution_error", executionErrorData(j, f.ranBefore(j, failedNode(j)), ts)))
 	}
 	f.done = true
-	return append(out, textFrame("executing", map[string]any{"node": nil, "display_node": nil, "prompt_id": f.jobID}))
+	f.closing = []Frame{textFrame("executing", map[string]any{"node": nil, "display_node": nil, "prompt_id": f.jobID})}
+	return out
+}
+
+// Closing returns, once, the prompt's last message (executing null) after
+// Job took its end. ComfyUI ends a prompt with its result
+// (execution_success, _error or _interrupted), then the queue's status
+// (the prompt left the queue), then executing null: the caller sends the
+// status between Job's frames and these.
+func (f *Follower) Closing() []Frame {
+	out := f.closing
+	f.closing = nil
+	return out
+}
+
+// Join takes the job as a socket that connects while it is queued or runs
+// sees it: nothing of what happened before (ComfyUI routes each message to
+// the client id's socket of the moment it is sent), only, when a node
+// runs, its executing again (ComfyUI re-sends the running node to a
+// client id that reconnects). What follows is the rest of the prompt, as
+// usual. A job that ended meanwhile gives its result (and Closing).
+func (f *Follower) Join(j storage.Job) []Frame {
+	frames := f.Job(j)
+	if f.done {
+		if len(frames) == 0 {
+			return nil
+		}
+		return frames[len(frames)-1:]
+	}
+	if f.node == "" {
+		return nil
+	}
+	// prompt_id, which ComfyUI's message lacks: the front may run several
+	// prompts of one client id at once, and the client must know which.
+	return []Frame{textFrame("executing", map[string]any{"node": f.node, "display_node": f.node, "prompt_id": f.jobID})}
 }
 
 // ranBefore is what the job's record says ran before node, with the

@@ -58,6 +58,15 @@ func preview(raw json.RawMessage) step {
 	return func(f *Follower) []Frame { return f.Preview(raw, false) }
 }
 
+// closing is what a session sends after a step that ended the prompt:
+// the queue's status, then the follower's last message.
+func closing(f *Follower) []Frame {
+	if c := f.Closing(); c != nil {
+		return append([]Frame{StatusFrame(0, "")}, c...)
+	}
+	return nil
+}
+
 // summary renders frames as "type[:node]" for comparison.
 func summary(t *testing.T, frames []Frame) string {
 	t.Helper()
@@ -73,6 +82,10 @@ func summary(t *testing.T, frames []Frame) string {
 		}
 		if err := json.Unmarshal(fr.Text, &m); err != nil {
 			t.Fatal(err)
+		}
+		if m.Type == "status" {
+			parts = append(parts, m.Type)
+			continue
 		}
 		if m.Data["prompt_id"] != jobID {
 			t.Errorf("%s carries prompt_id %v", m.Type, m.Data["prompt_id"])
@@ -114,7 +127,7 @@ func TestFollower(t *testing.T) {
 				out(output("3", "a1", "x_00001_.png")), out(output("3", "a2", "x_00002_.png")), prog(progress("3", 3, 3)),
 				job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x_00001_.png"), output("3", "a2", "x_00002_.png")))},
 			want: "execution_start execution_cached executing:1 progress:1/3 executing:2 progress:2/3 executing:3 " +
-				"progress:3/3 executed:3×2 execution_success executing:<nil>",
+				"progress:3/3 executed:3×2 execution_success status executing:<nil>",
 		},
 		{
 			name: "a sampler's steps are the progress of its node",
@@ -131,7 +144,7 @@ func TestFollower(t *testing.T) {
 		{
 			name:  "a prompt that ended before it was followed is told whole",
 			steps: []step{job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png")))},
-			want:  "execution_start execution_cached executing:3 executed:3×1 execution_success executing:<nil>",
+			want:  "execution_start execution_cached executing:3 executed:3×1 execution_success status executing:<nil>",
 		},
 		{
 			name: "a late progress event behind a snapshot is dropped",
@@ -147,17 +160,17 @@ func TestFollower(t *testing.T) {
 			steps: []step{job(snapshot(storage.JobRunning, 1)), out(output("3", "a1", "x.png")),
 				job(snapshot(storage.JobRunning, 1, output("3", "a1", "x.png"))),
 				job(snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png")))},
-			want: "execution_start execution_cached executing:3 executed:3×1 execution_success executing:<nil>",
+			want: "execution_start execution_cached executing:3 executed:3×1 execution_success status executing:<nil>",
 		},
 		{
 			name:  "failed: outputs so far, then execution_error naming the node",
 			steps: []step{job(snapshot(storage.JobRunning, 1)), job(failed)},
-			want:  "execution_start execution_cached executing:3 executed:3×1 execution_error:2 executing:<nil>",
+			want:  "execution_start execution_cached executing:3 executed:3×1 execution_error:2 status executing:<nil>",
 		},
 		{
 			name:  "interrupted while running",
 			steps: []step{job(snapshot(storage.JobRunning, 1)), job(canceled)},
-			want:  "execution_start execution_cached executing:2 progress:1/3 execution_interrupted:2 executing:<nil>",
+			want:  "execution_start execution_cached executing:2 progress:1/3 execution_interrupted:2 status executing:<nil>",
 		},
 		{
 			name:  "canceled while queued: ComfyUI says nothing of a deleted pending prompt",
@@ -173,7 +186,7 @@ func TestFollower(t *testing.T) {
 		{
 			name:  "nothing after the end",
 			steps: []step{job(snapshot(storage.JobSucceeded, 1)), prog(progress("9", 9, 9)), out(output("9", "z", "z.png")), preview(png)},
-			want:  "execution_start execution_cached execution_success executing:<nil>",
+			want:  "execution_start execution_cached execution_success status executing:<nil>",
 		},
 		{
 			name: "a follower that starts mid-run announces the nodes started before, each with its outputs",
@@ -189,7 +202,7 @@ func TestFollower(t *testing.T) {
 					return j
 				}())},
 			want: "execution_start execution_cached executing:1 executing:2 executed:2×1 executing:3 executing:4 progress:3/5 " +
-				"executing:5 progress:4/5 progress:5/5 executed:5×1 execution_success executing:<nil>",
+				"executing:5 progress:4/5 progress:5/5 executed:5×1 execution_success status executing:<nil>",
 		},
 		{
 			name: "a prompt that ended before it was followed is told whole, every node in order",
@@ -198,7 +211,7 @@ func TestFollower(t *testing.T) {
 				j.Progress = listed("", 3, 3, "1", "2", "3")
 				return j
 			}())},
-			want: "execution_start execution_cached executing:1 executing:2 executing:3 progress:3/3 executed:3×1 execution_success executing:<nil>",
+			want: "execution_start execution_cached executing:1 executing:2 executing:3 progress:3/3 executed:3×1 execution_success status executing:<nil>",
 		},
 		{
 			name: "followed from the start, the list repeats nothing; a late output does not announce its node again",
@@ -239,6 +252,7 @@ func TestFollower(t *testing.T) {
 			var frames []Frame
 			for _, s := range tc.steps {
 				frames = append(frames, s(f)...)
+				frames = append(frames, closing(f)...)
 			}
 			if got := summary(t, frames); got != tc.want {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
@@ -355,6 +369,68 @@ func TestFollowerProgress(t *testing.T) {
 				frames = append(frames, s(f)...)
 			}
 			if got := progressFrames(t, frames); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFollowerJoin: a socket that connects while its client id's prompt
+// is queued or runs gets nothing of what happened before it, the running
+// node's executing again, then the rest of the prompt, each once.
+func TestFollowerJoin(t *testing.T) {
+	running := func(node string, done int, started []string, outs ...storage.Output) storage.Job {
+		j := snapshot(storage.JobRunning, 1, outs...)
+		j.Progress = listed(node, done, 3, started...)
+		return j
+	}
+	succeeded := snapshot(storage.JobSucceeded, 1, output("3", "a1", "x.png"))
+	tests := []struct {
+		name  string
+		join  storage.Job
+		steps []step
+		want  string
+	}{
+		{
+			name: "mid-run: the running node again, then the rest",
+			join: running("2", 1, []string{"1", "2"}),
+			steps: []step{prog(listed("2", 1, 3, "1", "2")), prog(listed("3", 2, 3, "1", "2", "3")),
+				out(output("3", "a1", "x.png")), job(succeeded)},
+			want: "executing:2 executing:3 progress:2/3 executed:3×1 execution_success status executing:<nil>",
+		},
+		{
+			name:  "the running node's outputs, committed before the socket came, are sent when it is over",
+			join:  running("3", 2, []string{"1", "2", "3"}, output("3", "a1", "x.png")),
+			steps: []step{job(succeeded)},
+			want:  "executing:3 executed:3×1 execution_success status executing:<nil>",
+		},
+		{
+			name:  "queued: the whole prompt",
+			join:  snapshot(storage.JobQueued, 0),
+			steps: []step{job(running("1", 0, []string{"1"})), job(succeeded)},
+			want:  "execution_start execution_cached executing:1 progress:0/3 executing:3 executed:3×1 execution_success status executing:<nil>",
+		},
+		{
+			name:  "started, no node yet: nothing until the first",
+			join:  snapshot(storage.JobRunning, 1),
+			steps: []step{prog(listed("1", 0, 3, "1"))},
+			want:  "executing:1 progress:0/3",
+		},
+		{
+			name: "ended meanwhile: its result",
+			join: succeeded,
+			want: "execution_success status executing:<nil>",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFollower(jobID)
+			frames := append(f.Join(tc.join), closing(f)...)
+			for _, s := range tc.steps {
+				frames = append(frames, s(f)...)
+				frames = append(frames, closing(f)...)
+			}
+			if got := summary(t, frames); got != tc.want {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
 			}
 		})

@@ -253,8 +253,8 @@ func executionErrorData(j storage.Job, executed []string, at int64) map[string]a
 		class = *je.ClassType
 	}
 	traceback := []string{}
-	if je.Traceback != nil && *je.Traceback != "" {
-		traceback = append(traceback, *je.Traceback)
+	if je.Traceback != nil {
+		traceback = Frames(*je.Traceback)
 	}
 	if executed == nil {
 		executed = []string{}
@@ -264,6 +264,24 @@ func executionErrorData(j storage.Job, executed []string, at int64) map[string]a
 		"exception_message": je.Message, "exception_type": je.Code, "traceback": traceback,
 		"current_inputs": map[string]any{}, "current_outputs": map[string]any{}, "timestamp": at,
 	}
+}
+
+// Frames splits a traceback stored as one text back into ComfyUI's list
+// of frames: a ComfyUI worker's traceback is Python's formatted frames
+// joined, each beginning with `  File "`. Other text (the built-in
+// executor's) is one frame; none is an empty list.
+func Frames(tb string) []string {
+	frames := []string{}
+	const start = "  File \""
+	for tb != "" {
+		next := strings.Index(tb[1:], "\n"+start)
+		if !strings.HasPrefix(tb, start) || next < 0 {
+			return append(frames, tb)
+		}
+		frames = append(frames, tb[:next+2])
+		tb = tb[next+2:]
+	}
+	return frames
 }
 
 // runningNode is the node the job's last progress snapshot names as

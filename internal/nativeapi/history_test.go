@@ -2,6 +2,7 @@ package nativeapi
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,5 +102,27 @@ func TestHistoryOrder(t *testing.T) {
 	}
 	if b, _ := json.Marshal(History{}); string(b) != "{}" {
 		t.Errorf("empty history %s", b)
+	}
+}
+
+// TestFrames: a traceback stored joined is ComfyUI's list of frames again.
+func TestFrames(t *testing.T) {
+	f1 := "  File \"execution.py\", line 152, in recursive_execute\n    output_data = get(obj)\n"
+	f2 := "  File \"nodes.py\", line 1489, in load_image\n    img = open(path)\n          ^^^^\n"
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{"", []string{}},
+		{f1, []string{f1}},
+		{f1 + f2, []string{f1, f2}},
+		{f1 + f2 + f1, []string{f1, f2, f1}},
+		{"panic: boom\n  File \"x\"", []string{"panic: boom\n  File \"x\""}},
+		{"tb", []string{"tb"}},
+	}
+	for _, tc := range tests {
+		if got := Frames(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("Frames(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -100,7 +100,7 @@ func (s *Session) Run(ctx context.Context) error {
 		cancel(apierr.Upstream(err))
 	}
 	for _, id := range ids {
-		s.follow(ctx, id)
+		s.follow(ctx, id, true)
 	}
 
 	keepalive := time.NewTicker(keepaliveEvery)
@@ -115,7 +115,7 @@ loop:
 		case e := <-announced.C:
 			var a promptAnnouncement
 			if json.Unmarshal(e.Data, &a) == nil && a.PromptID != "" {
-				s.follow(ctx, a.PromptID)
+				s.follow(ctx, a.PromptID, false)
 			}
 			if announced.Lagged() {
 				s.refollow(ctx)
@@ -145,7 +145,7 @@ func (s *Session) refollow(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
-		s.follow(ctx, id)
+		s.follow(ctx, id, false)
 	}
 }
 
@@ -210,15 +210,18 @@ func (s *Session) read(ctx context.Context, cancel context.CancelCauseFunc) {
 }
 
 // follow starts following a prompt unless it is followed already (or was,
-// to its end).
-func (s *Session) follow(ctx context.Context, jobID string) {
+// to its end). join is for a prompt queued before the socket connected:
+// it gets only the rest of the prompt (see Follower.Join); any other is
+// told from its start, as ComfyUI sends a prompt queued while the socket
+// is open (one announced late, from another process, catches up).
+func (s *Session) follow(ctx context.Context, jobID string, join bool) {
 	if !s.claim(jobID) {
 		return
 	}
 	go func() {
 		defer s.wg.Done()
 		defer s.done(jobID)
-		s.followJob(ctx, jobID, nil)
+		s.followJob(ctx, jobID, nil, join)
 	}()
 }
 
@@ -282,7 +285,7 @@ func (s *Session) hold(jobID string) (release func(ok bool)) {
 			return
 		}
 		defer s.done(jobID)
-		s.followJob(ctx, jobID, sub)
+		s.followJob(ctx, jobID, sub, false)
 	}()
 	var once sync.Once
 	return func(ok bool) { once.Do(func() { gate <- ok }) }
@@ -297,7 +300,7 @@ func (s *Session) hold(jobID string) (release func(ok bool)) {
 // sent, and would skip what they announce (a node's executing). Storage is
 // read only at the end (a terminal status, read after every event of the
 // run), when events were lost, and on the reconcile tick.
-func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscription) {
+func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscription, join bool) {
 	fresh := sub != nil
 	if sub == nil {
 		sub = s.Svc.Jobs.Bus.Subscribe(jobID)
@@ -309,15 +312,39 @@ func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscrip
 			s.send(ctx, fr)
 		}
 	}
+	// take sends what a snapshot adds; at the prompt's end, its result,
+	// then the queue's status, then executing null, in ComfyUI's order.
+	take := func(frames []Frame) bool {
+		emit(frames)
+		if !f.Done() {
+			return true
+		}
+		s.recount(ctx)
+		s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+		emit(f.Closing())
+		return false
+	}
 	refresh := func() bool {
 		j, err := s.Svc.Jobs.Get(ctx, s.Account, jobID)
 		if err != nil {
 			return false // gone or not the account's: nothing to follow
 		}
-		emit(f.Job(j))
-		return !f.Done()
+		return take(f.Job(j))
 	}
-	if !fresh {
+	if !join {
+		// The prompt was queued while the socket was open: ComfyUI
+		// sends every socket the queue's status then, before the
+		// prompt's first message.
+		s.recount(ctx)
+		s.send(ctx, StatusFrame(int(s.count.Load()), ""))
+	}
+	switch {
+	case join:
+		j, err := s.Svc.Jobs.Get(ctx, s.Account, jobID)
+		if err != nil || !take(f.Join(j)) {
+			return
+		}
+	case !fresh:
 		if !refresh() {
 			return
 		}
@@ -363,14 +390,14 @@ func (s *Session) followJob(ctx context.Context, jobID string, sub *bus.Subscrip
 					emit(f.Running())
 				case fresh && st.Status != "" && !storage.Terminal(st.Status):
 				default:
-					more = refresh()
+					more = refresh() // at the end, sends the status (take)
 				}
 				// ComfyUI sends status when its queue changes: a prompt
 				// queued or ended. Not on start or cancel: a client (the
 				// saintno SDK) that reads /queue on every status would
 				// find an interrupted prompt gone before its
 				// execution_interrupted and report it missing.
-				if st.Status == "" || st.Status == storage.JobQueued || storage.Terminal(st.Status) {
+				if more && (st.Status == "" || st.Status == storage.JobQueued || storage.Terminal(st.Status)) {
 					s.recount(ctx)
 					s.send(ctx, StatusFrame(int(s.count.Load()), ""))
 				}

@@ -88,7 +88,8 @@ func checkSequence(msgs []map[string]any, want []string) error {
 }
 
 // TestMessageSequence: every node that runs gets its executing message,
-// exactly once and in order, then executing null once; each progress
+// exactly once and in order, then executing null once, after the
+// queue's status that follows execution_success; each progress
 // names its node and never repeats the last value. Each run queues a prompt on a socket opened
 // just before, the way a client does; the first node (LoadImage or
 // EmptyImage) used to be skipped in about half of the runs.
@@ -111,9 +112,14 @@ func TestMessageSequence(t *testing.T) {
 		clientID := fmt.Sprintf("seq-%d", i)
 		ws := c.dial(clientID)
 		id := c.queue(prompt, clientID)
-		msgs := ofPrompt(ws.until(t, "execution_success", id, 30*time.Second), id)
-		msgs = append(msgs, ofPrompt(ws.drain(300*time.Millisecond), id)...)
-		if err := checkSequence(msgs, []string{"1", "2", "3"}); err != nil {
+		raw := ws.until(t, "execution_success", id, 30*time.Second)
+		raw = append(raw, ws.drain(300*time.Millisecond)...)
+		msgs := ofPrompt(raw, id)
+		err := checkSequence(msgs, []string{"1", "2", "3"})
+		if err == nil {
+			err = endsAsComfyUI(raw, id)
+		}
+		if err != nil {
 			failures++
 			t.Errorf("run %d: %v", i, err)
 			if os.Getenv("NATIVE_SEQUENCE_DUMP") != "" {
