@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/internal/combine"
@@ -186,7 +187,18 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	}
 	defer c.Release()
 	sess := sessionOf(c.Conn())
-	rows, err := c.Query(ctx, createBatchSQL[priced], args...)
+	b := &pgx.Batch{}
+	locked := lockAdmission(b, first)
+	b.Queue(createBatchSQL[priced], args...)
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	if locked {
+		_, err = br.Exec()
+	}
+	var rows pgx.Rows
+	if err == nil {
+		rows, err = br.Query()
+	}
 	if inDoubt(err) {
 		s.resolveBatch(ctx, reqs, sess, err)
 		return
@@ -214,7 +226,11 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); inDoubt(err) {
+	err = rows.Err()
+	if err == nil {
+		err = br.Close() // the commit
+	}
+	if inDoubt(err) {
 		s.resolveBatch(ctx, reqs, sess, err)
 		return
 	} else if err != nil {

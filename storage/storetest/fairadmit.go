@@ -38,13 +38,14 @@ func FairAdmission(t *testing.T, stores ...storage.Store) {
 		)
 		n := 0
 		for _, name := range names {
+			id := account(name) // before the goroutines: account is not safe for them
 			for range tries {
 				st := stores[n%len(stores)]
 				n++
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					j := newJob(account(name), pool)
+					j := newJob(id, pool)
 					j.MaxQueued = m
 					_, err := st.CreateJob(ctx(t), j)
 					bound, _, full := storage.QueueBound(err)
