@@ -61,13 +61,17 @@ func assetHeldByJob(clock string) string {
 // only). ends and mine are index probes (jobs_turns, jobs_account_turns):
 // the pool's front and back turns and the account's last turn; the job's
 // turn follows the storage package's fair-share rule. The account's queued
-// count is read only under a bound, and counts no further than the bound.
-// paid takes the reserve from the balance (its row lock orders concurrent
+// count is read only under a bound (lim: its own, or the pool's once the
+// pool holds $7), and counts no further than it; accts, the pool's
+// accounts with queued jobs (a scan of its queue, at most 2 × $7), only
+// when storage.Admission.NeedsAccounts; v applies the fair-admission rule
+// (admittedSQL). paid takes the reserve from the balance (its row lock orders concurrent
 // reservations of one account; balance >= $9 is checked on the row as
 // locked, so they can never overdraw), and the job is inserted only if
 // every check passed, with its reservation entry. The one row returned
-// says why nothing was inserted (ins is then NULL): the pool or the
-// account was full, or else the balance was short.
+// says why nothing was inserted (ins is then NULL): not admitted, with
+// the counts storage.Admit names the bound from, or else the balance was
+// short.
 var createJobSQL = `WITH q AS (
 		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3),
 	` + queueEnds("$3") + `,
@@ -184,10 +188,11 @@ func estimatePosition(turn, front, back, queued string) string {
 // jobs_batch.go); either way one round trip. Submissions are
 // not serialized: the insert's trigger holds one of the pool's 64 count
 // shards until commit, so only those that pick the same shard wait for
-// each other (and priced ones of one account on its balance row). Each
-// reads the queue as last committed, so concurrent ones may pass the
-// bounds by at most the number in flight, and none is refused while there
-// is room. A duplicate ID or idempotency key wins over a full queue or a
+// each other (and priced ones of one account on its balance row). A
+// bounded create (MaxQueued or AccountMaxQueued set) first takes its
+// pool's admission lock (lockAdmission), in the same round trip, so each
+// reads the queue as the one before it committed it: the bounds are exact
+// under concurrency, across processes too. A duplicate ID or idempotency key wins over a full queue or a
 // short balance: when the job can be inserted the insert's unique
 // violation reports it, and any refusal is checked for one before it is
 // returned.

@@ -54,8 +54,11 @@ const (
 // traceparents (” for none), and for priced batches $11..$13 arrays
 // (reserve, per job, per second).
 //
-// Like createJobSQL it reads the pool's queued count once (q) and admits
-// rows, in array order, while count + ordinal stays within the pool's bound
+// Like createJobSQL it reads the pool's queued count once (q), under the
+// pool's admission lock (lockAdmission), and admits rows, in array order,
+// while count + ordinal stays within the pool's bound (the first tier of
+// the fair-admission rule: past it, rows are retried alone, where
+// createJobSQL applies the whole rule)
 // and each account's queued count + its rank in the batch within the
 // account's bound; it gives each account's rows consecutive turns from the
 // account's next turn (accts). A priced row is admitted while the account's
