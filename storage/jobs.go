@@ -159,7 +159,8 @@ type NewOutput struct {
 type JobQuery struct {
 	// Statuses filters by status; empty means all.
 	Statuses []string
-	// Limit is the page size (1..100).
+	// Limit is the page size (1..100), or 101 to read one row past the
+	// largest page (whether a next page exists).
 	Limit int
 	// Before, when set, continues after the job with this creation time and id.
 	Before *JobCursor
@@ -281,11 +282,24 @@ type PoolCounts struct {
 	Queued, Running int64
 }
 
+// JobQueryLimit is the number of rows ListJobs reads for q.Limit: as
+// JobPageSize, except that it allows one more than the largest page (101),
+// which a caller reads to learn whether a next page exists.
+func JobQueryLimit(limit int) int {
+	if limit == maxJobPage+1 {
+		return limit
+	}
+	return JobPageSize(limit)
+}
+
+// maxJobPage is the largest page of jobs.
+const maxJobPage = 100
+
 // JobPageSize clamps a list limit to 1..100, treating anything outside as
 // 100.
 func JobPageSize(limit int) int {
-	if limit < 1 || limit > 100 {
-		return 100
+	if limit < 1 || limit > maxJobPage {
+		return maxJobPage
 	}
 	return limit
 }

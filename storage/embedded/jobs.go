@@ -180,7 +180,8 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), with their outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..101 means 100
+// (storage.JobQueryLimit).
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -204,7 +205,7 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		c := formatTime(q.Before.CreatedAt)
 		args = append(args, c, c, c, q.Before.ID)
 	}
-	args = append(args, storage.JobPageSize(q.Limit))
+	args = append(args, storage.JobQueryLimit(q.Limit))
 	filter := ``
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)

@@ -348,7 +348,8 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), with their outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..101 means 100
+// (storage.JobQueryLimit).
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -374,7 +375,7 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		where = append(where, fmt.Sprintf(`created_at <= $%d AND (created_at, id::text) < ($%d, $%d)`,
 			len(args)-1, len(args)-1, len(args)))
 	}
-	args = append(args, storage.JobPageSize(q.Limit))
+	args = append(args, storage.JobQueryLimit(q.Limit))
 	filter := ``
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)
