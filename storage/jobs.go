@@ -123,15 +123,16 @@ type NewJob struct {
 	// IdempotencyKey, when set, is unique per account among jobs: the
 	// durable backstop behind the ClaimStore.
 	IdempotencyKey string
-	// MaxQueued bounds the pool's queued jobs; 0 means unbounded. Over the
-	// bound CreateJob returns ErrQueueFull and records nothing. A backend
-	// may let concurrent creates pass the bound by at most the number in
-	// flight at once (serializing them would cost every submission a
-	// commit of its own); it never refuses while there is room.
+	// MaxQueued is the pool's queue bound, shared by its accounts by the
+	// fair-admission rule (admission.go); 0 means unbounded. A refused
+	// create returns a *QueueFullError (ErrQueueFull) and records nothing.
+	// Concurrent creates never pass the bounds (a backend serializes a
+	// pool's bounded admissions), and none is refused while the rule
+	// admits it as the queue was last committed.
 	MaxQueued int
 	// AccountMaxQueued bounds the account's own queued jobs in the pool; 0
-	// means unbounded. Over it CreateJob returns ErrAccountQueueFull and
-	// records nothing (with the same concurrency allowance as MaxQueued).
+	// means unbounded. Over it the QueueFullError is also
+	// ErrAccountQueueFull.
 	AccountMaxQueued int
 	// Price, when set, prices the job: Price.Reserve credits are taken
 	// from the account's balance in the same transaction as the job's
@@ -158,7 +159,8 @@ type NewOutput struct {
 type JobQuery struct {
 	// Statuses filters by status; empty means all.
 	Statuses []string
-	// Limit is the page size (1..100).
+	// Limit is the page size (1..100), or 101 to read one row past the
+	// largest page (whether a next page exists).
 	Limit int
 	// Before, when set, continues after the job with this creation time and id.
 	Before *JobCursor
@@ -280,11 +282,24 @@ type PoolCounts struct {
 	Queued, Running int64
 }
 
+// JobQueryLimit is the number of rows ListJobs reads for q.Limit: as
+// JobPageSize, except that it allows one more than the largest page (101),
+// which a caller reads to learn whether a next page exists.
+func JobQueryLimit(limit int) int {
+	if limit == maxJobPage+1 {
+		return limit
+	}
+	return JobPageSize(limit)
+}
+
+// maxJobPage is the largest page of jobs.
+const maxJobPage = 100
+
 // JobPageSize clamps a list limit to 1..100, treating anything outside as
 // 100.
 func JobPageSize(limit int) int {
-	if limit < 1 || limit > 100 {
-		return 100
+	if limit < 1 || limit > maxJobPage {
+		return maxJobPage
 	}
 	return limit
 }

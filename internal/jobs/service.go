@@ -60,6 +60,34 @@ var ErrJobIDTaken = apierr.New(http.StatusConflict, "job_id_taken", "a job with 
 // QueueFullRetryAfter is the Retry-After of a queue_full refusal, in seconds.
 const QueueFullRetryAfter = 2
 
+// queueFullMessages are queue_full's messages by the bound that refused.
+var queueFullMessages = map[string]string{
+	storage.BoundAccountMaxQueued: "your account's queue on this pool is full",
+	storage.BoundMaxQueued:        "the queue is full",
+	storage.BoundFairShare:        "your account holds its fair share of this pool's full queue",
+	storage.BoundOverflow:         "this pool's queue is full; only accounts with nothing queued are admitted",
+	storage.BoundCeiling:          "this pool's queue is full",
+}
+
+// QueueFull is the 429 queue_full answer to a storage queue-bound
+// refusal: details name the bound that refused ("bound") and the number
+// of queued jobs it allows ("limit"; the account's, or the pool's for
+// overflow and ceiling), so a client knows whether its own queue or the
+// pool's is the matter.
+func QueueFull(err error) *apierr.Error {
+	bound, limit, _ := storage.QueueBound(err)
+	msg, ok := queueFullMessages[bound]
+	if !ok {
+		msg = queueFullMessages[storage.BoundMaxQueued]
+	}
+	d := map[string]any{"bound": bound}
+	if limit > 0 {
+		d["limit"] = limit
+	}
+	return apierr.New(http.StatusTooManyRequests, "queue_full", msg+"; retry after the indicated delay").
+		WithRetryAfter(QueueFullRetryAfter).WithDetails(d)
+}
+
 // Service is the jobs domain service.
 type Service struct {
 	Store Store
@@ -124,15 +152,11 @@ func (s *Service) SubmitWithID(ctx context.Context, account, id string, body []b
 	})
 	tracing.End(commit, &err)
 	switch {
-	case errors.Is(err, storage.ErrAccountQueueFull):
-		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
-			"your account's queue on this pool is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)
 	case errors.Is(err, storage.ErrInsufficientCredits):
 		return storage.Job{}, apierr.New(http.StatusPaymentRequired, "insufficient_credits",
 			fmt.Sprintf("your credit balance cannot cover this job's maximum charge of %d credits", s.Config.Price.Reserve))
 	case errors.Is(err, storage.ErrQueueFull):
-		return storage.Job{}, apierr.New(http.StatusTooManyRequests, "queue_full",
-			"the queue is full; retry after the indicated delay").WithRetryAfter(QueueFullRetryAfter)
+		return storage.Job{}, QueueFull(err)
 	case errors.Is(err, storage.ErrDuplicate) && idem.KeyOf(ctx) == "":
 		return storage.Job{}, ErrJobIDTaken
 	case errors.Is(err, storage.ErrDuplicate):

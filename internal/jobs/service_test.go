@@ -199,6 +199,19 @@ func TestSubmitQueueFull(t *testing.T) {
 	if ae.RetryAfter != QueueFullRetryAfter || ae.RetryAfter <= 0 {
 		t.Fatalf("RetryAfter = %d", ae.RetryAfter)
 	}
+	if ae.Details["bound"] != storage.BoundMaxQueued || ae.Details["limit"] != 1 {
+		t.Errorf("details = %v, want bound max_queued, limit 1", ae.Details)
+	}
+	// Another account's first job still gets in (fair admission, up to
+	// the ceiling of 2 x max_queued); then the pool is at its ceiling.
+	e.addAsset(t, "other", "a.png", pngBytes)
+	if _, err := e.svc.Submit(ctx, "other", body); err != nil {
+		t.Fatalf("another account's first job on the full pool: %v", err)
+	}
+	_, err2 := e.svc.Submit(ctx, "other", body)
+	if ae := wantAPIErr(t, err2, http.StatusTooManyRequests, "queue_full"); ae.Details["bound"] != storage.BoundCeiling || ae.Details["limit"] != 2 {
+		t.Errorf("at the ceiling: details = %v, want bound ceiling, limit 2", ae.Details)
+	}
 	// queue_full is a definitive refusal: settling it frees the key.
 	if !idem.Definitive(err) {
 		t.Fatal("queue_full is not definitive")

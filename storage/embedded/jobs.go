@@ -125,32 +125,39 @@ func (s *Store) CreateJob(ctx context.Context, j storage.NewJob) (storage.Job, e
 	return job, nil
 }
 
-// checkQueueBounds refuses j when its pool's queue or its account's queue
-// in the pool is at its bound.
+// checkQueueBounds applies the storage package's fair-admission rule to
+// j. The pool's queued count is one row (queue_counts, migration 0008).
+// The account's is counted only under a bound: its own, or the pool's
+// once the pool holds MaxQueued (then no further than the larger); the
+// pool's accounts (a scan of its queue, bounded by 2 × MaxQueued) only
+// when the rule needs them.
 func checkQueueBounds(ctx context.Context, tx *sql.Tx, j storage.NewJob) error {
-	if j.MaxQueued > 0 {
-		var queued int
-		// queue_counts (migration 0008): one row, not a count of the queue.
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT n FROM queue_counts WHERE pool = ?), 0)`,
-			j.Pool).Scan(&queued); err != nil {
-			return fmt.Errorf("embedded: count queued jobs: %w", err)
-		}
-		if queued >= j.MaxQueued {
-			return storage.ErrQueueFull
-		}
+	if j.MaxQueued <= 0 && j.AccountMaxQueued <= 0 {
+		return nil
 	}
-	if j.AccountMaxQueued > 0 {
-		var queued int
+	a := storage.Admission{MaxQueued: j.MaxQueued, AccountMaxQueued: j.AccountMaxQueued}
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce((SELECT n FROM queue_counts WHERE pool = ?), 0)`,
+		j.Pool).Scan(&a.PoolQueued); err != nil {
+		return fmt.Errorf("embedded: count queued jobs: %w", err)
+	}
+	limit := j.AccountMaxQueued
+	if j.MaxQueued > 0 && a.PoolQueued >= j.MaxQueued {
+		limit = max(limit, j.MaxQueued)
+	}
+	if limit > 0 {
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs
 			WHERE pool = ? AND account_id = ? AND status = 'queued' LIMIT ?)`,
-			j.Pool, j.AccountID, j.AccountMaxQueued).Scan(&queued); err != nil {
+			j.Pool, j.AccountID, limit).Scan(&a.AccountQueued); err != nil {
 			return fmt.Errorf("embedded: count the account's queued jobs: %w", err)
 		}
-		if queued >= j.AccountMaxQueued {
-			return storage.ErrAccountQueueFull
+	}
+	if a.NeedsAccounts() {
+		if err := tx.QueryRowContext(ctx, `SELECT count(DISTINCT account_id) FROM jobs WHERE pool = ? AND status = 'queued'`,
+			j.Pool).Scan(&a.Accounts); err != nil {
+			return fmt.Errorf("embedded: count the pool's accounts: %w", err)
 		}
 	}
-	return nil
+	return storage.Admit(a)
 }
 
 // GetJob returns the account's job with its outputs and, when it is
@@ -173,7 +180,8 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), with their outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..101 means 100
+// (storage.JobQueryLimit).
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -197,7 +205,7 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		c := formatTime(q.Before.CreatedAt)
 		args = append(args, c, c, c, q.Before.ID)
 	}
-	args = append(args, storage.JobPageSize(q.Limit))
+	args = append(args, storage.JobQueryLimit(q.Limit))
 	filter := ``
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)

@@ -61,38 +61,76 @@ func assetHeldByJob(clock string) string {
 // only). ends and mine are index probes (jobs_turns, jobs_account_turns):
 // the pool's front and back turns and the account's last turn; the job's
 // turn follows the storage package's fair-share rule. The account's queued
-// count is read only under a bound, and counts no further than the bound.
-// paid takes the reserve from the balance (its row lock orders concurrent
+// count is read only under a bound (lim: its own, or the pool's once the
+// pool holds $7), and counts no further than it; accts, the pool's
+// accounts with queued jobs (a scan of its queue, at most 2 × $7), only
+// when storage.Admission.NeedsAccounts; v applies the fair-admission rule
+// (admittedSQL). paid takes the reserve from the balance (its row lock orders concurrent
 // reservations of one account; balance >= $9 is checked on the row as
 // locked, so they can never overdraw), and the job is inserted only if
 // every check passed, with its reservation entry. The one row returned
-// says why nothing was inserted (ins is then NULL): the pool or the
-// account was full, or else the balance was short.
+// says why nothing was inserted (ins is then NULL): not admitted, with
+// the counts storage.Admit names the bound from, or else the balance was
+// short.
 var createJobSQL = `WITH q AS (
 		SELECT coalesce(sum(n), 0)::bigint AS queued FROM queue_counts WHERE pool = $3),
 	` + queueEnds("$3") + `,
+	lim AS (SELECT CASE WHEN $7::bigint > 0 AND q.queued >= $7::bigint THEN greatest($8::bigint, $7::bigint)
+			ELSE greatest($8::bigint, 0) END AS n FROM q),
 	mine AS (SELECT ` + lastTurn("$3", "$2") + ` AS last,
-		CASE WHEN $8::bigint > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE pool = $3
-			AND account_id = $2 AND status = 'queued' LIMIT $8::bigint) x) ELSE 0 END AS queued),
-	v AS (SELECT $7::bigint > 0 AND q.queued >= $7::bigint AS pool_full,
-			$8::bigint > 0 AND mine.queued >= $8::bigint AS account_full,
+		CASE WHEN lim.n > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE pool = $3
+			AND account_id = $2 AND status = 'queued' LIMIT lim.n) x) ELSE 0 END AS queued FROM lim),
+	accts AS (SELECT CASE WHEN $7::bigint > 0 AND q.queued >= $7::bigint AND q.queued < 2 * $7::bigint AND mine.queued > 0
+			THEN (SELECT count(DISTINCT account_id) FROM jobs WHERE pool = $3 AND status = 'queued') ELSE 0 END AS n
+		FROM q, mine),
+	v AS (SELECT ` + admittedSQL("$7::bigint", "$8::bigint", "q.queued", "mine.queued", "accts.n") + ` AS admitted,
 			coalesce(mine.last + 1, ends.front, 0) AS turn
-		FROM q, ends, mine),
+		FROM q, ends, mine, accts),
 	paid AS (UPDATE credit_accounts SET balance = balance - $9::bigint, updated_at = now()
 		WHERE $9::bigint > 0 AND account_id = $2 AND balance >= $9::bigint
-			AND NOT (SELECT pool_full OR account_full FROM v)
+			AND (SELECT admitted FROM v)
 		RETURNING account_id),
 	ins AS (INSERT INTO jobs (id, account_id, pool, status, workflow, expires_at, idempotency_key, turn,
 			price_per_job, price_per_second, reserved_credits, deployment_id, trace_parent)
 		SELECT $1, $2, $3, 'queued', $4::text::json, $5, $6, v.turn, ` + priceValues("$9::bigint", "$10::bigint", "$11::bigint") + `,
 			nullif($12, ''), nullif($13, '')
-		FROM v WHERE NOT v.pool_full AND NOT v.account_full AND ($9::bigint <= 0 OR EXISTS (SELECT 1 FROM paid))
+		FROM v WHERE v.admitted AND ($9::bigint <= 0 OR EXISTS (SELECT 1 FROM paid))
 		RETURNING id, account_id, created_at, expires_at),
 	entry AS (INSERT INTO credit_entries (account_id, kind, amount, job_id)
 		SELECT account_id, 'reservation', -$9::bigint, id FROM ins WHERE $9::bigint > 0)
-	SELECT v.pool_full, v.account_full, ins.id::text, ins.created_at, ins.expires_at,
+	SELECT v.admitted, q.queued, mine.queued, accts.n, ins.id::text, ins.created_at, ins.expires_at,
 		CASE WHEN ins.id IS NULL THEN 0 ELSE ` + positionOf("v.turn", "$3") + ` END
-	FROM v CROSS JOIN q CROSS JOIN ends LEFT JOIN ins ON true`
+	FROM v CROSS JOIN q CROSS JOIN ends CROSS JOIN mine CROSS JOIN accts LEFT JOIN ins ON true`
+
+// admittedSQL is storage.Admit in SQL: whether a job is admitted with the
+// pool's bound m and the account's am (<= 0: none), the pool's queued
+// jobs pq, the account's aq (counted as storage.Admission says) and the
+// pool's accounts n (counted when Admission.NeedsAccounts).
+func admittedSQL(m, am, pq, aq, n string) string {
+	return `(NOT (` + am + ` > 0 AND ` + aq + ` >= ` + am + `)
+		AND (` + m + ` <= 0 OR ` + pq + ` < ` + m + ` OR (` + pq + ` < 2 * ` + m + ` AND (` + aq + ` = 0
+			OR (` + aq + ` < greatest(1, ` + m + ` / greatest(` + n + `, 1)) AND ` + pq + ` < ` + m + ` + ` + m + ` / 2)))))`
+}
+
+// admitLockClass is the first half of the advisory lock key that bounded
+// creates of one pool take ("admt"), so that each reads the queue as the
+// one before it committed it.
+const admitLockClass int32 = 0x61646d74
+
+// lockAdmission queues, in b, the lock bounded creates of j's pool take
+// (none for an unbounded j) and reports whether it did. Sent in one batch
+// with the create (one implicit transaction, one round trip), it is held
+// until the create commits, and the create's statement, which starts
+// after it, reads the queue as every earlier bounded create of the pool
+// left it: concurrent creates (of this process or another) cannot pass a
+// bound. TestFairAdmissionAcrossStores fails without it.
+func lockAdmission(b *pgx.Batch, j storage.NewJob) bool {
+	if j.MaxQueued <= 0 && j.AccountMaxQueued <= 0 {
+		return false
+	}
+	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`, admitLockClass, j.Pool)
+	return true
+}
 
 // queueEnds is the CTE ends: pool's front and back turns, one probe each
 // of jobs_turns. The ORDER BY … LIMIT 1 form names that index's order:
@@ -150,10 +188,11 @@ func estimatePosition(turn, front, back, queued string) string {
 // jobs_batch.go); either way one round trip. Submissions are
 // not serialized: the insert's trigger holds one of the pool's 64 count
 // shards until commit, so only those that pick the same shard wait for
-// each other (and priced ones of one account on its balance row). Each
-// reads the queue as last committed, so concurrent ones may pass the
-// bounds by at most the number in flight, and none is refused while there
-// is room. A duplicate ID or idempotency key wins over a full queue or a
+// each other (and priced ones of one account on its balance row). A
+// bounded create (MaxQueued or AccountMaxQueued set) first takes its
+// pool's admission lock (lockAdmission), in the same round trip, so each
+// reads the queue as the one before it committed it: the bounds are exact
+// under concurrency, across processes too. A duplicate ID or idempotency key wins over a full queue or a
 // short balance: when the job can be inserted the insert's unique
 // violation reports it, and any refusal is checked for one before it is
 // returned.
@@ -208,19 +247,31 @@ func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, e
 	}
 	reserve, perJob, perSecond := priceArgs(j)
 	var (
-		poolFull, accountFull bool
-		id                    *string
-		created, expires      *time.Time
-		ahead                 int64
+		admitted                   bool
+		poolQueued, mine, accounts int64
+		id                         *string
+		created, expires           *time.Time
+		ahead                      int64
 	)
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return storage.Job{}, mapErr("create job", err)
 	}
 	sess := sessionOf(c.Conn())
-	err = c.QueryRow(ctx, createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
-		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID, j.TraceParent).
-		Scan(&poolFull, &accountFull, &id, &created, &expires, &ahead)
+	b := &pgx.Batch{}
+	locked := lockAdmission(b, j)
+	b.Queue(createJobSQL, j.ID, j.AccountID, j.Pool, string(j.Workflow), j.ExpiresAt, idemKey,
+		j.MaxQueued, j.AccountMaxQueued, reserve, perJob, perSecond, j.DeploymentID, j.TraceParent)
+	br := c.SendBatch(ctx, b)
+	if locked {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&admitted, &poolQueued, &mine, &accounts, &id, &created, &expires, &ahead)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr // the commit
+	}
 	c.Release()
 	if inDoubt(err) {
 		// The autocommit statement was sent and no answer came back: learn
@@ -232,11 +283,12 @@ func (s *Store) createOne(ctx context.Context, j storage.NewJob) (storage.Job, e
 	}
 	if id == nil {
 		refusal := storage.ErrInsufficientCredits
-		switch {
-		case poolFull:
-			refusal = storage.ErrQueueFull
-		case accountFull:
-			refusal = storage.ErrAccountQueueFull
+		if !admitted {
+			refusal = storage.Admit(storage.Admission{MaxQueued: j.MaxQueued, AccountMaxQueued: j.AccountMaxQueued,
+				PoolQueued: int(poolQueued), AccountQueued: int(mine), Accounts: int(accounts)})
+			if refusal == nil { // the SQL and storage.Admit disagree: still a refusal
+				refusal = storage.ErrQueueFull
+			}
 		}
 		return storage.Job{}, s.refuse(ctx, j, idemKey, refusal)
 	}
@@ -296,7 +348,8 @@ func (s *Store) GetJob(ctx context.Context, accountID, id string) (storage.Job, 
 }
 
 // ListJobs returns the account's jobs newest first (created_at, then id,
-// descending), with their outputs. A Limit outside 1..100 means 100.
+// descending), with their outputs. A Limit outside 1..101 means 100
+// (storage.JobQueryLimit).
 func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQuery) ([]storage.Job, error) {
 	var where []string
 	var args []any
@@ -322,7 +375,7 @@ func (s *Store) ListJobs(ctx context.Context, accountID string, q storage.JobQue
 		where = append(where, fmt.Sprintf(`created_at <= $%d AND (created_at, id::text) < ($%d, $%d)`,
 			len(args)-1, len(args)-1, len(args)))
 	}
-	args = append(args, storage.JobPageSize(q.Limit))
+	args = append(args, storage.JobQueryLimit(q.Limit))
 	filter := ``
 	if len(where) > 0 {
 		filter = ` WHERE ` + strings.Join(where, ` AND `)

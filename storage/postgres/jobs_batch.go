@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/comfygate/comfygate/storage"
 	"github.com/comfygate/comfygate/storage/internal/combine"
@@ -53,8 +54,11 @@ const (
 // traceparents (” for none), and for priced batches $11..$13 arrays
 // (reserve, per job, per second).
 //
-// Like createJobSQL it reads the pool's queued count once (q) and admits
-// rows, in array order, while count + ordinal stays within the pool's bound
+// Like createJobSQL it reads the pool's queued count once (q), under the
+// pool's admission lock (lockAdmission), and admits rows, in array order,
+// while count + ordinal stays within the pool's bound (the first tier of
+// the fair-admission rule: past it, rows are retried alone, where
+// createJobSQL applies the whole rule)
 // and each account's queued count + its rank in the batch within the
 // account's bound; it gives each account's rows consecutive turns from the
 // account's next turn (accts). A priced row is admitted while the account's
@@ -186,7 +190,18 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 	}
 	defer c.Release()
 	sess := sessionOf(c.Conn())
-	rows, err := c.Query(ctx, createBatchSQL[priced], args...)
+	b := &pgx.Batch{}
+	locked := lockAdmission(b, first)
+	b.Queue(createBatchSQL[priced], args...)
+	br := c.SendBatch(ctx, b)
+	defer br.Close()
+	if locked {
+		_, err = br.Exec()
+	}
+	var rows pgx.Rows
+	if err == nil {
+		rows, err = br.Query()
+	}
 	if inDoubt(err) {
 		s.resolveBatch(ctx, reqs, sess, err)
 		return
@@ -214,7 +229,11 @@ func (s *Store) writeBatch(ctx context.Context, reqs []*createReq) {
 		}
 	}
 	rows.Close()
-	if err := rows.Err(); inDoubt(err) {
+	err = rows.Err()
+	if err == nil {
+		err = br.Close() // the commit
+	}
+	if inDoubt(err) {
 		s.resolveBatch(ctx, reqs, sess, err)
 		return
 	} else if err != nil {

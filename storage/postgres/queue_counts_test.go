@@ -12,7 +12,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/comfygate/comfygate/storage"
+	"github.com/comfygate/comfygate/storage/pgtest"
 	"github.com/comfygate/comfygate/storage/postgres"
+	"github.com/comfygate/comfygate/storage/storetest"
 )
 
 // The queue_counts triggers (migration 0004) must keep, for every pool, the
@@ -438,4 +440,18 @@ func TestQueueCountsConcurrentReapers(t *testing.T) {
 			t.Errorf("pool %s: queue count %d after the reapers, want 0", p, got)
 		}
 	}
+}
+
+// TestFairAdmissionAcrossStores runs the fair-admission walk with its
+// concurrent creates spread over two Stores on one schema (two gateways):
+// the admission lock, not one process's create combiner, keeps the
+// bounds exact.
+func TestFairAdmissionAcrossStores(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	first := openStore(t, dsn)
+	if err := first.Migrate(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	second := openStore(t, dsn)
+	storetest.FairAdmission(t, first, second)
 }

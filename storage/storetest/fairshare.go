@@ -13,6 +13,7 @@ var fairShareCases = []storeCase{
 	{"RoundRobinAcrossAccounts", testRoundRobin},
 	{"AccountMaxRunning", testAccountMaxRunning},
 	{"AccountMaxQueued", testAccountMaxQueued},
+	{"FairAdmission", testFairAdmission},
 	{"RequeuedJobKeepsItsPlace", testRequeuedKeepsPlace},
 	{"DeepQueuePosition", testDeepQueuePosition},
 }
