@@ -125,7 +125,6 @@ func escapesRoot(p string) bool {
 	return false
 }
 
-
 // TestCleanFilePathFuzzFindings holds what FuzzCleanFilePath found: a
 // leading "./" hid a drive letter or a UNC prefix from the checks that ran
 // before cleaning, and Windows reads "..." and ".. " as the parent.
