@@ -215,4 +215,3 @@ func FuzzComposite(f *testing.F) {
 // slack covers the decoders' and the encoder's fixed buffers (zlib
 // windows, Huffman tables, the bufio readers).
 const slack = 2 << 20
-
