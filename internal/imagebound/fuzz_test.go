@@ -2,7 +2,9 @@ package imagebound
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"image"
 	"image/color"
 	"image/png"
@@ -100,4 +102,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoding %+v allocated %d bytes; DecodeBytes says %d", info, allocated, info.DecodeBytes)
 		}
 	})
+}
+
+// TestPNGDecodeBytesDoesNotWrap: FuzzInspect found an IHDR of
+// 808464432×808464432 16-bit interlaced RGBA whose DecodeBytes wrapped to a
+// negative number, which every MaxBytes bound let through.
+func TestPNGDecodeBytesDoesNotWrap(t *testing.T) {
+	chunk := func(typ string, data []byte) []byte {
+		var b bytes.Buffer
+		_ = binary.Write(&b, binary.BigEndian, uint32(len(data)))
+		b.WriteString(typ)
+		b.Write(data)
+		_ = binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(append([]byte(typ), data...)))
+		return b.Bytes()
+	}
+	for _, side := range []uint32{808464432, 1<<31 - 1} {
+		ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, side), side)
+		ihdr = append(ihdr, 16, 6, 0, 0, 1) // 16-bit RGBA, Adam7
+		file := append([]byte(pngSignature), chunk("IHDR", ihdr)...)
+		file = append(file, chunk("IDAT", []byte{0x78, 0x9c})...)
+		info, err := Inspect(bytes.NewReader(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.DecodeBytes <= 0 {
+			t.Fatalf("%d² pixels: DecodeBytes = %d", side, info.DecodeBytes)
+		}
+		if err := (Limits{MaxBytes: 1 << 30}).Check(info); err == nil {
+			t.Fatalf("%d² pixels passed a 1 GiB bound", side)
+		}
+		if _, _, err := Decode(bytes.NewReader(file), Limits{MaxBytes: 1 << 30}); err == nil {
+			t.Fatalf("Decode of %d² pixels did not refuse", side)
+		}
+	}
 }
