@@ -90,3 +90,29 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeJSONStrictIsCaseExact: FuzzDecodeJSON found that strict mode
+// took {"A":0} as "a": encoding/json folds case, so a member the contract
+// does not name passed, and a second spelling overwrote the first.
+func TestDecodeJSONStrictIsCaseExact(t *testing.T) {
+	type in struct {
+		A    int `json:"a"`
+		Skip int `json:"-"`
+	}
+	for _, body := range []string{`{"A":0}`, `{"a":1,"A":2}`, `{"Skip":1}`, `{"-":1}`} {
+		var v in
+		err := DecodeJSON(httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)), 1<<10, &v, true)
+		if err == nil {
+			t.Errorf("strict DecodeJSON accepted %s", body)
+			continue
+		}
+		apierrtest.ClientError(t, body, err)
+	}
+	var v in
+	if err := DecodeJSON(httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"a":3}`)), 1<<10, &v, true); err != nil || v.A != 3 {
+		t.Fatalf("DecodeJSON(a:3) = %+v, %v", v, err)
+	}
+	if err := DecodeJSON(httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"A":3}`)), 1<<10, &v, false); err != nil {
+		t.Fatalf("lenient DecodeJSON refused A: %v", err)
+	}
+}
