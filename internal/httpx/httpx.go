@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -135,7 +137,60 @@ func DecodeJSON(r *http.Request, limit int64, v any, strict bool) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return apierr.InvalidRequest("the body must hold exactly one JSON object")
 	}
+	if strict {
+		if name, ok := unknownMember(trimmed, v); !ok {
+			return apierr.InvalidRequest(fmt.Sprintf("the body must be a JSON object of the documented shape: unknown member %q", truncate(name, 64)))
+		}
+	}
 	return nil
+}
+
+// unknownMember finds a top-level member of body that is not exactly the
+// JSON name of one of v's fields. encoding/json matches names without
+// regard to case, so DisallowUnknownFields lets {"Hash":…} through as
+// "hash" (and a second spelling overwrite the first).
+func unknownMember(body []byte, v any) (string, bool) {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return "", true
+	}
+	names := map[string]bool{}
+	for f := range t.Fields() {
+		if f.Anonymous {
+			return "", true // promoted fields: left to encoding/json
+		}
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return "", true
+	}
+	for m := range members {
+		if !names[m] {
+			return m, false
+		}
+	}
+	return "", true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func jsonReason(err error) string {

@@ -7,30 +7,50 @@ import (
 
 // RangeStart returns the first byte http.ServeContent will read of a
 // representation of size bytes for a GET with this Range header: the start
-// of its first byte range when that range is satisfiable, else 0. A remote
-// blob store fetches from there before the response starts, so that a
-// store that is down fails the request instead of cutting a 200 short.
-// It decides nothing about the response; ServeContent still does.
+// of the first byte range that begins inside it, else 0. A remote blob
+// store fetches from there before the response starts, so that a store
+// that is down fails the request instead of cutting a 200 short. It
+// decides nothing about the response; ServeContent still does, and seeks
+// elsewhere when this guess is wrong (a malformed header, several ranges).
+//
+// It reads the header as ServeContent does: empty list elements are
+// skipped, spaces and tabs around a range and its bounds are ignored, and a
+// range starting at or past the end is passed over for the next one.
 func RangeStart(header string, size int64) int64 {
 	spec, ok := strings.CutPrefix(header, "bytes=")
 	if !ok {
 		return 0
 	}
-	first, _, _ := strings.Cut(spec, ",")
-	startStr, endStr, ok := strings.Cut(strings.TrimSpace(first), "-")
-	if !ok {
-		return 0
-	}
-	if startStr == "" { // suffix: the last n bytes
-		n, err := strconv.ParseInt(endStr, 10, 64)
-		if err != nil || n <= 0 {
+	for _, r := range strings.Split(spec, ",") {
+		r = trimWhitespace(r)
+		if r == "" {
+			continue
+		}
+		startStr, endStr, ok := strings.Cut(r, "-")
+		if !ok {
 			return 0
 		}
-		return max(size-n, 0)
+		startStr, endStr = trimWhitespace(startStr), trimWhitespace(endStr)
+		if startStr == "" { // suffix: the last n bytes
+			if strings.HasPrefix(endStr, "-") {
+				return 0
+			}
+			n, err := strconv.ParseInt(endStr, 10, 64)
+			if err != nil || n <= 0 {
+				return 0 // invalid, or empty: nothing is read
+			}
+			return max(size-n, 0)
+		}
+		start, err := strconv.ParseInt(startStr, 10, 64)
+		if err != nil || start < 0 {
+			return 0
+		}
+		if start < size {
+			return start
+		}
 	}
-	start, err := strconv.ParseInt(startStr, 10, 64)
-	if err != nil || start < 0 || start >= size {
-		return 0
-	}
-	return start
+	return 0
 }
+
+// trimWhitespace drops the whitespace around s that ServeContent ignores.
+func trimWhitespace(s string) string { return strings.Trim(s, " \t\r\n") }

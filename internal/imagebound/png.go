@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"io"
+	"math"
 )
 
 const pngSignature = "\x89PNG\r\n\x1a\n"
@@ -130,7 +131,14 @@ func pngDecodeBytes(info Info) int64 {
 			bpp = 8
 		}
 	}
-	raster := bpp * int64(info.Width) * int64(info.Height)
+	// IHDR allows 2³¹-1 × 2³¹-1 pixels, whose raster does not fit an
+	// int64: such a header costs "everything", not a wrapped-around
+	// negative that would pass any bound.
+	pixels := int64(info.Width) * int64(info.Height) // < 2⁶²
+	if pixels > (math.MaxInt64-decoderOverhead)/(4*bpp) {
+		return math.MaxInt64
+	}
+	raster := bpp * pixels
 	rows := 2 * (1 + (int64(bitsPerPixel(info.ColorType, info.BitDepth))*int64(info.Width)+7)/8)
 	if info.Interlaced {
 		raster *= 2

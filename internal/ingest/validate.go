@@ -46,7 +46,11 @@ func parseContentType(v string) (string, error) {
 // returns it cleaned ("a//b" and "./a/b" become "a/b"). It refuses anything
 // that could escape a root once a worker joins it to a directory: absolute
 // paths (POSIX, UNC, drive letters) and ".." segments, where a backslash
-// counts as a separator because a Windows worker would treat it as one.
+// counts as a separator because a Windows worker would treat it as one, and
+// so does a segment of dots and spaces holding "..", since Windows drops a
+// segment's trailing dots and spaces ("... " and ".. " are its parent).
+// The absolute-path checks apply to the cleaned path as well, because
+// cleaning drops a leading "./" that hid a drive letter or a UNC prefix.
 func CleanFilePath(v string) (string, error) {
 	bad := func(why string) (string, error) {
 		return "", apierr.Validation("file_path " + why)
@@ -60,19 +64,23 @@ func CleanFilePath(v string) (string, error) {
 		return bad("must be valid UTF-8")
 	case strings.IndexFunc(v, unicode.IsControl) >= 0:
 		return bad("must not contain control characters")
-	case v[0] == '/' || v[0] == '\\':
-		return bad("must be relative")
-	case len(v) >= 2 && v[1] == ':' && isASCIILetter(v[0]):
-		return bad("must be relative (no drive letter)")
 	case strings.HasSuffix(v, "/") || strings.HasSuffix(v, "\\"):
 		return bad("must name a file, not a directory")
 	}
 	for _, seg := range strings.FieldsFunc(v, func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == ".." {
+		if strings.Contains(seg, "..") && strings.TrimRight(seg, ". ") == "" {
 			return bad("must not contain '..' segments")
 		}
 	}
 	cleaned := path.Clean(v)
+	for _, p := range []string{v, cleaned} {
+		switch {
+		case p[0] == '/' || p[0] == '\\':
+			return bad("must be relative")
+		case len(p) >= 2 && p[1] == ':' && isASCIILetter(p[0]):
+			return bad("must be relative (no drive letter)")
+		}
+	}
 	if cleaned == "." {
 		return bad("must name a file")
 	}

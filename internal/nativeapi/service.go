@@ -135,26 +135,25 @@ func (q Queued) Announce(ctx context.Context) {
 	}
 }
 
-// QueuePrompt validates a POST /prompt body and queues it as a v2 job of
-// account. A refusal the client caused is a *Rejection (ComfyUI's 400
-// shape); anything else is an *apierr.Error or an internal error.
-func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) (Queued, error) {
-	var in promptBody
+// decodePrompt reads a POST /prompt body: the prompt's id (the client's,
+// or a fresh one) and the v2 submit body it becomes. Its refusals are
+// ComfyUI's 400 shape.
+func decodePrompt(body []byte) (in promptBody, id string, v2Body []byte, rej *Rejection) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&in); err != nil || bytes.TrimSpace(body)[0] != '{' {
-		return Queued{}, InvalidPrompt("invalid_prompt", "the body must be a JSON object", "")
+		return in, "", nil, InvalidPrompt("invalid_prompt", "the body must be a JSON object", "")
 	}
 	if len(bytes.TrimSpace(in.Prompt)) == 0 || bytes.Equal(bytes.TrimSpace(in.Prompt), []byte("null")) {
-		return Queued{}, InvalidPrompt("no_prompt", "No prompt provided", "No prompt provided")
+		return in, "", nil, InvalidPrompt("no_prompt", "No prompt provided", "No prompt provided")
 	}
 	if len(in.PartialExecutionTargets) > 0 {
-		return Queued{}, InvalidPrompt("invalid_prompt", "partial_execution_targets is not supported: every output of the prompt runs", "")
+		return in, "", nil, InvalidPrompt("invalid_prompt", "partial_execution_targets is not supported: every output of the prompt runs", "")
 	}
-	id := storage.NewID()
+	id = storage.NewID()
 	if in.PromptID != nil && *in.PromptID != "" {
 		parsed, err := uuid.Parse(*in.PromptID)
 		if err != nil || parsed.String() != *in.PromptID {
-			return Queued{}, InvalidPrompt("invalid_prompt", "prompt_id must be a UUID in lowercase canonical form", *in.PromptID)
+			return in, "", nil, InvalidPrompt("invalid_prompt", "prompt_id must be a UUID in lowercase canonical form", *in.PromptID)
 		}
 		id = *in.PromptID
 	}
@@ -164,7 +163,18 @@ func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) 
 	}
 	v2Body, err := json.Marshal(v2)
 	if err != nil {
-		return Queued{}, InvalidPrompt("invalid_prompt", "the prompt is not valid JSON", "")
+		return in, "", nil, InvalidPrompt("invalid_prompt", "the prompt is not valid JSON", "")
+	}
+	return in, id, v2Body, nil
+}
+
+// QueuePrompt validates a POST /prompt body and queues it as a v2 job of
+// account. A refusal the client caused is a *Rejection (ComfyUI's 400
+// shape); anything else is an *apierr.Error or an internal error.
+func (s *Service) QueuePrompt(ctx context.Context, account string, body []byte) (Queued, error) {
+	in, id, v2Body, rej := decodePrompt(body)
+	if rej != nil {
+		return Queued{}, rej
 	}
 	release := func(bool) {}
 	if in.ClientID != "" {

@@ -4,13 +4,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"sort"
-	"strings"
 )
 
 // Paging limits from the contract.
@@ -55,7 +55,14 @@ func NewAudience(entitlements []string) Audience {
 		list = append(list, e)
 	}
 	sort.Strings(list)
-	a.hash = sha256.Sum256([]byte(strings.Join(list, "\x00")))
+	// Each entitlement is length-prefixed: joined with a separator,
+	// ["a\x00b"] and ["a", "b"] would hash alike and share cursors.
+	h := sha256.New()
+	for _, e := range list {
+		h.Write(binary.AppendUvarint(nil, uint64(len(e))))
+		h.Write([]byte(e))
+	}
+	h.Sum(a.hash[:0])
 	return a
 }
 

@@ -30,6 +30,11 @@ const (
 	DefaultTimeout  = time.Minute
 	// parallel bounds the results of one answer copied at once.
 	parallel = 4
+	// MaxResults bounds the results copied from one answer: a partner's
+	// answer with thousands of URLs would otherwise be thousands of
+	// fetches and assets for one call. The results past it keep the
+	// partner's values and are counted as failed.
+	MaxResults = 64
 )
 
 // Tag marks every rehosted asset; TagCallPrefix + the call's request id
@@ -133,15 +138,8 @@ func (c *Copier) Rewrite(ctx context.Context, rule *Rule, t Target, body []byte)
 	if err := dec.Decode(&doc); err != nil {
 		return out // not JSON: nothing to select
 	}
-	var results []*result
-	for _, p := range rule.URLs {
-		p.Walk(doc, func(v string, set func(string)) { results = append(results, &result{value: v, set: set}) })
-	}
-	for _, p := range rule.Base64 {
-		p.Walk(doc, func(v string, set func(string)) {
-			results = append(results, &result{value: v, base64: true, set: set})
-		})
-	}
+	results, over := selectResults(rule, doc)
+	out.Failed = over
 	if len(results) == 0 {
 		return out
 	}
@@ -171,11 +169,32 @@ func (c *Copier) Rewrite(ctx context.Context, rule *Rule, t Target, body []byte)
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(doc); err != nil {
-			return Outcome{Body: body, Failed: len(results)}
+			return Outcome{Body: body, Failed: len(results) + over}
 		}
 		out.Body = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
 	return out
+}
+
+// selectResults lists the results rule selects in doc, the first
+// MaxResults of them, and how many more there were.
+func selectResults(rule *Rule, doc any) (results []*result, over int) {
+	add := func(base64 bool) func(string, func(string)) {
+		return func(v string, set func(string)) {
+			if len(results) == MaxResults {
+				over++
+				return
+			}
+			results = append(results, &result{value: v, base64: base64, set: set})
+		}
+	}
+	for _, p := range rule.URLs {
+		p.Walk(doc, add(false))
+	}
+	for _, p := range rule.Base64 {
+		p.Walk(doc, add(true))
+	}
+	return results, over
 }
 
 // errTooLarge is a result over MaxBytes.

@@ -127,9 +127,11 @@ func kindOf(val any) (k kind, f float64) {
 			return kInteger | kNumber, float64(x)
 		}
 		x, err := t.Float64()
-		if err != nil {
+		if err != nil && !math.IsInf(x, 0) {
 			return kNumber, math.Inf(1)
 		}
+		// Out of range, x is the infinity of the literal's sign: -1e400
+		// must fail a minimum, not pass it as +Inf did.
 		if x == math.Trunc(x) {
 			return kInteger | kNumber, x
 		}
