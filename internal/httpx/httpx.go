@@ -118,7 +118,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) error {
 func DecodeJSON(r *http.Request, limit int64, v any, strict bool) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+		return ReadFailure(err, limit)
 	}
 	if int64(len(body)) > limit {
 		return apierr.PayloadTooLarge(limit)

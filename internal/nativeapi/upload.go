@@ -187,12 +187,16 @@ func (r *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readError maps a body that could not be read: over the limit is 413, a
-// malformed one 400, a client gone a 400 the log keeps at debug.
+// readError maps a body that could not be read: over the limit is 413, one
+// that came too slowly 408 (httpx.BodyRate), a malformed one 400, a client
+// gone a 400 the log keeps at debug.
 func readError(err error) error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return apierr.PayloadTooLarge(mbe.Limit)
+	}
+	if e, ok := apierr.As(err); ok && e.Status == http.StatusRequestTimeout {
+		return e
 	}
 	return apierr.InvalidRequest("the request body is not complete multipart/form-data").WithCause(err)
 }

@@ -1,9 +1,13 @@
 package comfyauth
 
 import (
+	"math"
+
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 )
 
 func init() {
@@ -16,6 +20,7 @@ func init() {
 //	comfy_auth none [<account>] [{
 //		allow_origin <origin...>
 //		allow_host <name...>
+//		min_body_rate <size>|off [<grace>]
 //	}]
 //	comfy_auth static_token <token> [<account>] [{
 //		query_param <name>
@@ -24,7 +29,9 @@ func init() {
 //	comfy_auth api_keys [{ query_param <name>; allow_origin <origin...> }]
 //	comfy_auth jwt { … }   (see unmarshalJWT; allow_origin too)
 //
-// allow_origin and allow_host may repeat.
+// allow_origin and allow_host may repeat. min_body_rate (every mode) is
+// the slowest a request body may arrive, per second (1KiB), and the
+// grace (30s) it may fall behind or stall for.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if !d.NextArg() {
@@ -58,7 +65,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if ok, err := h.unmarshalBrowserOption(d, opt); ok || err != nil {
+		if ok, err := h.unmarshalSiteOption(d, opt); ok || err != nil {
 			if err != nil {
 				return err
 			}
@@ -78,11 +85,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// unmarshalBrowserOption parses allow_origin (every mode) and allow_host
-// (mode none) into h; ok is false for any other option.
-func (h *Handler) unmarshalBrowserOption(d *caddyfile.Dispenser, opt string) (ok bool, err error) {
+// unmarshalSiteOption parses the options every mode takes, allow_origin
+// and min_body_rate, and allow_host (mode none) into h; ok is false for
+// any other option.
+func (h *Handler) unmarshalSiteOption(d *caddyfile.Dispenser, opt string) (ok bool, err error) {
 	var into *[]string
 	switch {
+	case opt == "min_body_rate":
+		return true, h.unmarshalBodyRate(d)
 	case opt == "allow_origin":
 		into = &h.AllowOrigins
 	case opt == "allow_host" && h.Mode == ModeNone:
@@ -96,6 +106,34 @@ func (h *Handler) unmarshalBrowserOption(d *caddyfile.Dispenser, opt string) (ok
 	}
 	*into = append(*into, args...)
 	return true, nil
+}
+
+// unmarshalBodyRate parses min_body_rate <size>|off [<grace>].
+func (h *Handler) unmarshalBodyRate(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	if args[0] == "off" {
+		if len(args) > 1 {
+			return d.Err("min_body_rate off takes no grace")
+		}
+		h.MinBodyRate = -1
+		return nil
+	}
+	n, err := humanize.ParseBytes(args[0])
+	if err != nil || n == 0 || n > math.MaxInt64 {
+		return d.Errf("min_body_rate: %q is not a size in bytes per second (or off)", args[0])
+	}
+	h.MinBodyRate = int64(n)
+	if len(args) == 2 {
+		g, err := caddy.ParseDuration(args[1])
+		if err != nil || g <= 0 {
+			return d.Errf("min_body_rate: grace %q is not a positive duration", args[1])
+		}
+		h.BodyGrace = caddy.Duration(g)
+	}
+	return nil
 }
 
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -66,12 +67,22 @@ type Handler struct {
 	// authentication refuses every other name (DNS rebinding). Default:
 	// none.
 	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second, once BodyGrace of slack is used up; a body that stalls for
+	// longer than BodyGrace is cut too. The request is answered 408
+	// request_timeout (see httpx.BodyRate: slow-POST and slowloris
+	// bodies). Default 1024; negative turns the bound off.
+	MinBodyRate int64 `json:"min_body_rate,omitempty"`
+	// BodyGrace is the slack of MinBodyRate and the longest a body may
+	// stall. Default 30s.
+	BodyGrace caddy.Duration `json:"body_grace,omitempty"`
 
 	app      *comfygate.App
 	browsers *browsersafe.Policy
 	// deploymentHost is browsers without the Host check, for a request
 	// comfy_deployment resolved by its host name.
 	deploymentHost *browsersafe.Policy
+	bodyRate       httpx.BodyRate
 	tokenDigest    [sha256.Size]byte
 	verifier       *jwtauth.Verifier
 	logger         *zap.Logger
@@ -95,6 +106,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.Account = principal.LocalAccount
 	}
 	h.Token = caddy.NewReplacer().ReplaceKnown(h.Token, "")
+	h.bodyRate = httpx.BodyRate{Rate: h.MinBodyRate, Grace: time.Duration(h.BodyGrace)}
+	if h.bodyRate.Rate == 0 {
+		h.bodyRate.Rate = httpx.DefaultMinBodyRate
+	}
+	if h.bodyRate.Grace <= 0 {
+		h.bodyRate.Grace = httpx.DefaultBodyGrace
+	}
 	h.tokenDigest = sha256.Sum256([]byte(h.Token))
 	browsers, err := browsersafe.New(browsersafe.Config{AllowOrigins: h.AllowOrigins,
 		CheckHost: h.Mode == ModeNone, AllowHosts: h.AllowHosts})
@@ -148,7 +166,8 @@ func (h *Handler) Validate() error {
 // the public demo takes anyone as its owner account without looking at
 // credentials; any other deployment only its owner (see deployments.Scope).
 // A request whose body came chunked closes its connection after the answer
-// (httpx.CloseAfterChunked: request smuggling).
+// (httpx.CloseAfterChunked: request smuggling), and a body that arrives
+// too slowly is cut (httpx.BodyRate).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	httpx.CloseAfterChunked(w, r) // before anything can answer
 	scope, scoped := deployments.From(r.Context())
@@ -175,6 +194,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return err
 		}
 	}
+	defer h.bodyRate.Apply(w, r)()
 	comfygate.SetPlaceholder(r, comfygate.PlaceholderAccount, p.AccountID)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.auth.user.id", p.AccountID)

@@ -81,12 +81,13 @@ func (h *Handler) authenticateJWT(r *http.Request) (principal.Principal, error) 
 //		enabled_claim <name>
 //		require_enabled_claim
 //		allow_origin <origin...>
+//		min_body_rate <size>|off [<grace>]
 //	}
 func (h *Handler) unmarshalJWT(d *caddyfile.Dispenser) error {
 	h.JWT = &jwtauth.Config{}
 	for d.NextBlock(0) {
 		opt := d.Val()
-		if ok, err := h.unmarshalBrowserOption(d, opt); ok || err != nil {
+		if ok, err := h.unmarshalSiteOption(d, opt); ok || err != nil {
 			if err != nil {
 				return err
 			}

@@ -182,11 +182,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, svc *jobs.Servi
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return apierr.PayloadTooLarge(limit)
-		}
-		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+		return httpx.ReadFailure(err, limit)
 	}
 	j, err := svc.Submit(r.Context(), p.AccountID, body)
 	if err != nil {

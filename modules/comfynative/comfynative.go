@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/nativeapi"
 	"github.com/comfygate/comfygate/internal/principal"
 	"github.com/comfygate/comfygate/internal/workflow"
@@ -201,7 +202,7 @@ func (h *Handler) postPrompt(w http.ResponseWriter, r *http.Request, svc *native
 					Message: fmt.Sprintf("the request body exceeds the limit of %d bytes", limit), ExtraInfo: map[string]any{}},
 					NodeErrors: map[string]any{}}})
 		}
-		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+		return httpx.ReadFailure(err, limit)
 	}
 	if len(body) == 0 {
 		return writeRejection(w, nativeapi.InvalidPrompt("invalid_prompt", "the body must be a JSON object", ""))

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/comfygate/comfygate/internal/apierr"
+	"github.com/comfygate/comfygate/internal/httpx"
 	"github.com/comfygate/comfygate/internal/nativeapi"
 	"github.com/comfygate/comfygate/modules/comfygate"
 	"github.com/comfygate/comfygate/storage"
@@ -50,7 +51,7 @@ func writeRejection(w http.ResponseWriter, r *nativeapi.Rejection) error {
 func readOptionalJSON(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxControlBody+1))
 	if err != nil {
-		return apierr.InvalidRequest("the request body could not be read").WithCause(err)
+		return httpx.ReadFailure(err, maxControlBody)
 	}
 	if len(body) > maxControlBody {
 		return apierr.PayloadTooLarge(maxControlBody)

@@ -57,7 +57,6 @@ func hostileGateway(t *testing.T) (*gateway.Gateway, *rsa.PrivateKey, []byte) {
 	servers {
 		timeouts {
 			read_header 5s
-			read_body ` + slowlorisBound.String() + `
 		}
 	}
 	comfygate {
@@ -90,7 +89,9 @@ http://:{PORT} {
 	}
 	route {
 		error_envelope
-		comfy_auth none
+		comfy_auth none {
+			min_body_rate 1KiB ` + slowlorisGrace.String() + `
+		}
 		idempotency
 		comfy_assets
 		comfy_jobs gpu
@@ -366,8 +367,11 @@ func idleStreams(t *testing.T, g *gateway.Gateway) {
 	}
 }
 
-// slowloris trickles 20 upload bodies one byte every 200 ms: each must be
-// answered or cut within the server's bound, not held open forever.
+// slowloris trickles 20 upload bodies one byte every 200 ms (5 B/s): each
+// must be cut by comfy_auth's min_body_rate (1 KiB/s after its grace) with
+// 408 request_timeout in the envelope, not held open for as long as the
+// client keeps trickling (Caddy's own read_body is not set: it would cut
+// large uploads over slow links too).
 func slowloris(t *testing.T, g *gateway.Gateway) {
 	body := multipartRaw(field("content_type", "text/plain"), field("file_path", "s.txt"), filePart(strings.Repeat("s", 4096)))
 	var wg sync.WaitGroup
@@ -383,28 +387,50 @@ func slowloris(t *testing.T, g *gateway.Gateway) {
 			}
 			defer c.Close()
 			fmt.Fprintf(c, "POST /api/v2/assets HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=B\r\nContent-Length: %d\r\n\r\n", len(body))
-			deadline := time.Now().Add(slowlorisBound + 5*time.Second)
-			for i := 0; i < len(body) && time.Now().Before(deadline); i++ {
-				if _, err := c.Write(body[i : i+1]); err != nil {
-					return // cut by the server
+			answer := make(chan *http.Response, 1)
+			go func() {
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					answer <- nil
+					return
 				}
-				time.Sleep(200 * time.Millisecond)
+				answer <- resp
+			}()
+			deadline := time.After(slowlorisGrace + 5*time.Second)
+			for i := 0; i < len(body); i++ {
+				select {
+				case resp := <-answer:
+					if resp == nil {
+						t.Error("a trickled body's connection ended without an answer")
+						return
+					}
+					defer resp.Body.Close()
+					raw, _ := io.ReadAll(resp.Body)
+					if code, _ := envelope(raw); resp.StatusCode != http.StatusRequestTimeout || code != "request_timeout" {
+						t.Errorf("a trickled body was answered %d %s, want 408 request_timeout", resp.StatusCode, raw)
+					}
+					return
+				case <-deadline:
+					held.Add(1)
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if _, err := c.Write(body[i : i+1]); err != nil {
+					t.Errorf("a trickled body was cut without an answer: %v", err)
+					return
+				}
 			}
-			held.Add(1)
+			t.Error("a trickled body was read whole")
 		}()
 	}
 	wg.Wait()
 	if n := held.Load(); n > 0 {
-		t.Errorf("%d of 20 trickled bodies were still being read %s after they started (read_body %s)", n, slowlorisBound+5*time.Second, slowlorisBound)
+		t.Errorf("%d of 20 trickled bodies were still being read %s after they started (grace %s)", n, slowlorisGrace+5*time.Second, slowlorisGrace)
 	}
 }
 
-// slowlorisBound is how long the gateway may keep reading a trickled
-// body: the sweep's gateway sets Caddy's read_body timeout to it. Without
-// that option (the examples do not set it) Caddy reads a trickled body
-// for as long as the client keeps trickling; RELIABILITY.md lists that
-// as an open finding.
-const slowlorisBound = 10 * time.Second
+// slowlorisGrace is the sweep's min_body_rate grace (the default is 30s).
+const slowlorisGrace = 3 * time.Second
 
 // smuggle sends a POST framed both by Transfer-Encoding (an empty chunked
 // body) and by Content-Length, then a GET on the same connection: the GET
