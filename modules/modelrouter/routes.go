@@ -227,7 +227,8 @@ func etagMatches(values []string, etag string) bool {
 	return false
 }
 
-// validKey checks an Idempotency-Key: 1–255 visible ASCII characters.
+// validKey checks an Idempotency-Key: 1–255 printable ASCII characters
+// (spaces included: HTTP keeps those inside a header value).
 func validKey(k string) bool {
 	if k == "" || len(k) > MaxIdempotencyKeyLen {
 		return false
@@ -266,7 +267,7 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) (
 	if hasKey {
 		key = r.Header.Get("Idempotency-Key")
 		if !validKey(key) {
-			return invalidInput("Idempotency-Key must be 1 to 255 visible ASCII characters")
+			return invalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.MaxBodyBytes))

@@ -13,7 +13,8 @@ import (
 // TestDeadlineCollectsWithoutResubmitting: a fal or BFL generation that
 // outlives the router's deadline answers 504 deadline_exceeded with
 // Retry-After; retrying with the same key collects that generation (the
-// peer counts one submission); on http the 504 has no Retry-After.
+// peer counts one submission); on http the 504 has no Retry-After and a
+// retry with its key runs the call again.
 func TestDeadlineCollectsWithoutResubmitting(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -68,11 +69,18 @@ func TestDeadlineCollectsWithoutResubmitting(t *testing.T) {
 					}
 				})
 			}
-			t.Run("http has no Retry-After", func(t *testing.T) {
-				r := call(t, "POST", g.URL+"/v1/models/acme/slow", tok, prompt, map[string]string{"Idempotency-Key": "http-slow"})
-				wantBucket(t, "http deadline", r, 504, "deadline_exceeded")
-				if ra := r.Header.Get("Retry-After"); ra != "" {
-					t.Errorf("http 504 carries Retry-After %q", ra)
+			t.Run("http has no Retry-After, and its retry runs again", func(t *testing.T) {
+				key := map[string]string{"Idempotency-Key": "http-slow"}
+				before := sync.Submissions()
+				for _, what := range []string{"http deadline", "same-key retry"} {
+					r := call(t, "POST", g.URL+"/v1/models/acme/slow", tok, prompt, key)
+					wantBucket(t, what, r, 504, "deadline_exceeded")
+					if ra := r.Header.Get("Retry-After"); ra != "" {
+						t.Errorf("%s: the 504 carries Retry-After %q with nothing to collect", what, ra)
+					}
+				}
+				if n := sync.Submissions() - before; n != 2 {
+					t.Errorf("the partner saw %d requests, want 2 (the retry is not refused with 409)", n)
 				}
 			})
 		})

@@ -319,6 +319,16 @@ func admissionError(err error) *apierr.Error {
 	return routerErr(http.StatusInternalServerError, BucketInternal, "the router failed to admit the call").WithCause(err)
 }
 
+// releaseKey frees rec's Idempotency-Key for a retry; rec stays as the
+// call's record. A failed release leaves the key spent (logged).
+func (s *Service) releaseKey(ctx context.Context, rec storage.RouterCall) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := s.cfg.Store.ReleaseRouterKey(dctx, rec.WorkspaceID, rec.IdempotencyKey, rec.RequestID); err != nil {
+		s.log.Warn("router: releasing the key of a call past its deadline failed", zap.String("request_id", rec.RequestID), zap.Error(err))
+	}
+}
+
 // refused records a refusal before dispatch and releases the key.
 func (s *Service) refused(ctx context.Context, rec storage.RouterCall, keyed bool, e *apierr.Error) {
 	now := time.Now().UTC()

@@ -254,14 +254,24 @@ func TestDeadlineWithoutKeyCancels(t *testing.T) {
 	}
 }
 
-func TestHTTPDeadlineConsumesKey(t *testing.T) {
+// TestDeadlineBeforeAcceptanceReleasesKey: a call whose deadline passed
+// before the partner gave anything to collect (every call of a partner
+// without handles) answers 504 without Retry-After and frees its key: the
+// same-key retry runs the call again (it answered 409 invalid_input, "use a
+// new key", against the contract's 504 rules).
+func TestDeadlineBeforeAcceptanceReleasesKey(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: time.Hour}, limits.Limits{})
-	_, err := f.svc.Call(context.Background(), f.req("k4", "fp"))
-	if e := wantErr(t, err, 504, BucketDeadline); e.RetryAfter != 0 {
-		t.Errorf("http 504 has Retry-After %d", e.RetryAfter)
+	for i := range 2 {
+		_, err := f.svc.Call(context.Background(), f.req("k4", "fp"))
+		if e := wantErr(t, err, 504, BucketDeadline); e.RetryAfter != 0 {
+			t.Errorf("call %d: a 504 with nothing to collect has Retry-After %d", i, e.RetryAfter)
+		}
 	}
-	_, err = f.svc.Call(context.Background(), f.req("k4", "fp"))
-	wantErr(t, err, 409, BucketInvalidInput)
+	if n := f.fake.submissions.Load(); n != 2 {
+		t.Errorf("%d submissions, want 2: the retry runs the call again", n)
+	}
+	_, err := f.svc.Call(context.Background(), f.req("k4", "other"))
+	wantErr(t, err, 504, BucketDeadline) // a released key is a fresh key
 }
 
 func TestClientDisconnectIsRecordedAndCharged(t *testing.T) {

@@ -66,8 +66,10 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 		switch {
 		case callCtx.Err() != nil:
 			// The bound expired before the partner accepted anything we can
-			// collect: no Retry-After, and the key is spent (the partner may
-			// have started work we cannot see).
+			// collect: no Retry-After, and the key is released, so that a
+			// retry with it runs the call again, as the contract's 504
+			// rules say (a new key would do no less: the partner may have
+			// started work nobody can collect either way).
 			e = deadlineError(0)
 		case errors.Is(err, provider.ErrResponseBudget):
 			// The partner answered but the process had no room to read it.
@@ -79,6 +81,9 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 			stopKeep()
 			s.settle(ctx, lease, 0)
 			s.record(ctx, rec, keyed, storage.RouterConsumed, e.Code, e.Status, nil, 0)
+			if keyed && e.Code == BucketDeadline {
+				s.releaseKey(ctx, rec)
+			}
 			return nil, e.WithCause(err)
 		}
 		s.log.Debug("router: provider transport failure", zap.String("request_id", req.RequestID), zap.Error(err))

@@ -196,6 +196,11 @@ func prepare(m *Model, opts Options) error {
 	if m.Provider, m.Name, err = ValidateID(m.ID); err != nil {
 		return err
 	}
+	if strings.Contains(m.Name, "/") {
+		// The list and the detail answer id as a RouterModelId and model
+		// as a RouterModelSegment, neither of which has room for a variant.
+		return errors.New("id must be provider/model: a listed model's id has no variant segment")
+	}
 	switch m.Adapter {
 	case AdapterHTTP, AdapterFal, AdapterBFL:
 	case "":

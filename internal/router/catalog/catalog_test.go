@@ -37,7 +37,7 @@ func TestLoadFileExample(t *testing.T) {
 	}{
 		{"fal/flux-dev", AdapterFal, "Key fal-secret", "Authorization", "yes", "", 3, 5 * time.Minute, 2 * time.Second, "fal", "flux-dev", true},
 		{"bfl/flux-pro-1.1", AdapterBFL, "bfl-secret", "x-key", "no", "beta", 4, 10 * time.Minute, 500 * time.Millisecond, "bfl", "flux-pro-1.1", true},
-		{"openai/gpt-image-1/high", AdapterHTTP, "Bearer oa-secret", "Authorization", "unknown", "", 17, 2 * time.Minute, DefaultPollInterval, "openai", "gpt-image-1/high", true},
+		{"openai/gpt-image-1-high", AdapterHTTP, "Bearer oa-secret", "Authorization", "unknown", "", 17, 2 * time.Minute, DefaultPollInterval, "openai", "gpt-image-1-high", true},
 		{"elevenlabs/tts-v3", AdapterHTTP, "el-secret", "xi-api-key", "unknown", "", 1, DefaultDeadline, DefaultPollInterval, "elevenlabs", "tts-v3", false},
 	}
 	for _, tc := range tests {
@@ -67,7 +67,7 @@ func TestLoadFileExample(t *testing.T) {
 	if !bytes.Equal(m.SchemaBytes, fluxFile) {
 		t.Error("schema file bytes are not served byte-for-byte")
 	}
-	inline, _ := c.Lookup("openai/gpt-image-1/high")
+	inline, _ := c.Lookup("openai/gpt-image-1-high")
 	if bytes.ContainsAny(inline.SchemaBytes, "\n") {
 		t.Error("inline schema should be compacted")
 	}
@@ -75,7 +75,7 @@ func TestLoadFileExample(t *testing.T) {
 		t.Errorf("inline schema validator: %+v", d)
 	}
 	e := inline.Entry()
-	if e.ID != inline.ID || e.Provider != "openai" || e.Model != "gpt-image-1/high" || e.Billing.ChargesOnPolicyRejection != "unknown" {
+	if e.ID != inline.ID || e.Provider != "openai" || e.Model != "gpt-image-1-high" || e.Billing.ChargesOnPolicyRejection != "unknown" {
 		t.Errorf("Entry = %+v", e)
 	}
 }
@@ -97,6 +97,7 @@ func TestLoadRejects(t *testing.T) {
 		{"model too long", entry(`"id":"p/` + strings.Repeat("m", 129) + `"`), "over 128"},
 		{"id too long", entry(`"id":"` + strings.Repeat("p", 64) + "/" + strings.Repeat("m", 100) + "/" + strings.Repeat("v", 40) + `"`), "over the limit of 193"},
 		{"reserved variant", entry(`"id":"p/m/openapi.json"`), "reserved"},
+		{"variant", entry(`"id":"acme/image/hd"`), `"acme/image/hd": id must be provider/model: a listed model's id has no variant segment`},
 		{"duplicate", `{"models":[{"id":"a/b","adapter":"http","upstream":"https://x.example"},{"id":"a/b","adapter":"fal","upstream":"https://y.example"}]}`, `"a/b": duplicate id`},
 		{"no adapter", `{"models":[{"id":"a/b","upstream":"https://x.example"}]}`, "adapter is required"},
 		{"bad adapter", `{"models":[{"id":"a/b","adapter":"grpc","upstream":"https://x.example"}]}`, `adapter "grpc"`},
@@ -141,7 +142,7 @@ func TestCredentialResolvingToEmpty(t *testing.T) {
 func TestLoadAcceptsEdgeIDs(t *testing.T) {
 	ids := []string{
 		strings.Repeat("p", 64) + "/" + strings.Repeat("m", 128), // exactly 193
-		"a.b_c-d/0.9", "p/openapi.json", "p/m/v2",
+		"a.b_c-d/0.9", "p/openapi.json",
 	}
 	for _, id := range ids {
 		doc := `{"models":[{"id":"` + id + `","adapter":"http","upstream":"http://127.0.0.1:9/x"}]}`

@@ -22,7 +22,7 @@ import (
 //	{
 //	  "models": [
 //	    {
-//	      "id": "fal/flux-dev",                    // {provider}/{model}[/{variant}]
+//	      "id": "fal/flux-dev",                    // {provider}/{model}
 //	      "adapter": "fal",                        // http | fal | bfl
 //	      "upstream": "https://queue.fal.run/fal-ai/flux/dev",
 //	      "credential": "{env.FAL_KEY}",           // resolved by the caller's resolve hook
@@ -39,9 +39,10 @@ import (
 //	}
 //
 // Field rules:
-//   - id: each segment matches ^[a-z0-9]+([._-][a-z0-9]+)*$; provider ≤ 64,
-//     model ≤ 128, variant ≤ 128 and not "openapi.json" (it would collide with
-//     the schema route), whole id ≤ 193. Duplicates are rejected.
+//   - id: provider/model, each segment matching ^[a-z0-9]+([._-][a-z0-9]+)*$;
+//     provider ≤ 64, model ≤ 128. No variant segment: the list and the
+//     detail answer the id as a RouterModelId, which has none. Duplicates
+//     are rejected.
 //   - adapter: required, one of http, fal, bfl.
 //   - upstream: required absolute URL with a host; https unless
 //     Options.AllowHTTPUpstream (tests) is set.

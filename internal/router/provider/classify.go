@@ -13,7 +13,8 @@ import (
 
 // policyMarkers are the words partners use for content-policy refusals
 // (OpenAI moderation_blocked / content_policy_violation, fal's detail type,
-// BFL's "Moderated", safety filters).
+// BFL's "Moderated", safety filters), looked for in the fields an error
+// names its kind in (see policyRefusal).
 var policyMarkers = []string{"content_policy", "moderation", "moderated", "safety", "nsfw"}
 
 // mediaKeys are output members that carry media. An output with at least one
@@ -30,7 +31,7 @@ func Classify(m *catalog.Model, a *Answer) *Outcome {
 		return classify422(m, a)
 	case a.Status == http.StatusRequestTimeout || a.Status == http.StatusGatewayTimeout || isFalTimeout(a):
 		return providerTimeout()
-	case a.Status == http.StatusBadRequest && mentionsPolicy(a.Body):
+	case a.Status == http.StatusBadRequest && policyRefusal(a.Body):
 		return contentPolicy(m)
 	case a.Status >= 400 && a.Status < 500:
 		return providerError("the provider refused the call")
@@ -43,11 +44,51 @@ func isFalTimeout(a *Answer) bool {
 	return t == "request_timeout" || t == "startup_timeout" || a.Header.Get("X-Fal-Request-Timeout-Type") != ""
 }
 
-func mentionsPolicy(body []byte) bool {
-	low := bytes.ToLower(body)
-	for _, w := range policyMarkers {
-		if bytes.Contains(low, []byte(w)) {
-			return true
+// policyRefusal reports a 400 whose error names a content-policy refusal
+// as its kind: a code, type or status member (at the top level, under
+// "error", or under "detail", an object or a list of them) holding a
+// policy marker. The rest of the text does not count: "enable_safety_checker
+// must be a boolean" is a parameter error, and a client told
+// content_policy_violation does not retry (and may be charged).
+func policyRefusal(body []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return false
+	}
+	if namesPolicy(top) {
+		return true
+	}
+	var nested map[string]json.RawMessage
+	if json.Unmarshal(top["error"], &nested) == nil && namesPolicy(nested) {
+		return true
+	}
+	if json.Unmarshal(top["detail"], &nested) == nil && namesPolicy(nested) {
+		return true
+	}
+	var list []map[string]json.RawMessage
+	if json.Unmarshal(top["detail"], &list) == nil {
+		for _, d := range list {
+			if namesPolicy(d) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesPolicy reports an error object whose code, type or status is a
+// string holding a policy marker.
+func namesPolicy(obj map[string]json.RawMessage) bool {
+	for _, k := range []string{"code", "type", "status"} {
+		var s string
+		if json.Unmarshal(obj[k], &s) != nil {
+			continue
+		}
+		s = strings.ToLower(s)
+		for _, w := range policyMarkers {
+			if strings.Contains(s, w) {
+				return true
+			}
 		}
 	}
 	return false
