@@ -250,7 +250,7 @@ func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Se
 	hdr.Set("Content-Type", a.ContentType)
 	hdr.Set("ETag", `"`+strings.TrimPrefix(a.Hash, "blake3:")+`"`)
 	hdr.Set("Cache-Control", "private, max-age=3600, immutable")
-	hdr.Set("X-Content-Type-Options", "nosniff")
+	httpx.UntrustedContent(hdr)
 	// ServeContent answers Range (206/416), If-None-Match and HEAD.
 	http.ServeContent(w, r, "", a.CreatedAt, body)
 	if rf, ok := body.(*readFailure); ok && rf.err != nil {

@@ -199,7 +199,7 @@ func (h *Handler) assetContent(w http.ResponseWriter, r *http.Request, account, 
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", a.ContentType)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	httpx.UntrustedContent(w.Header())
 	http.ServeContent(w, r, "", a.CreatedAt, f)
 	return nil
 }

@@ -149,7 +149,7 @@ func (h *Handler) view(w http.ResponseWriter, r *http.Request, svc *nativeapi.Se
 	hdr.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(a.FilePath)}))
 	hdr.Set("ETag", `"`+strings.TrimPrefix(a.Hash, "blake3:")+`"`)
 	hdr.Set("Cache-Control", "private, max-age=3600")
-	hdr.Set("X-Content-Type-Options", "nosniff")
+	httpx.UntrustedContent(hdr)
 	// ServeContent answers Range (206/416), If-None-Match and HEAD.
 	http.ServeContent(w, r, "", a.CreatedAt, f)
 	return nil

@@ -248,3 +248,53 @@ func TestBrowserAllowedOrigin(t *testing.T) {
 		t.Errorf("%d jobs, want the allowed page's one", n)
 	}
 }
+
+// uploadedScript is what an uploaded page or SVG runs when the browser
+// lets it: it submits a job same-origin (the gateway's own origin, so no
+// browser rule stops it) and marks the document.
+const uploadedScript = `fetch("/api/v2/jobs", {method: "POST", headers: {"Content-Type": "application/json"}, body: %q})
+	.then(r => { document.title = "ran " + r.status; });`
+
+// TestBrowserUploadedPage: an HTML page and an SVG uploaded as assets,
+// opened in headless Chromium from the gateway's own origin (their content
+// URLs, as a link to them would), run no script: the gateway serves asset
+// bytes in a sandbox (Content-Security-Policy). Before, both ran and
+// created a job through the API as the visitor (stored XSS).
+func TestBrowserUploadedPage(t *testing.T) {
+	t.Parallel()
+	g := gateway.Start(t, selfHosted(t, ""), gateway.Options{})
+	script := fmt.Sprintf(uploadedScript, string(tinyWorkflow("xss")))
+	docs := []struct{ name, contentType, body string }{
+		{"page.html", "text/html", "<!doctype html><title>page</title><script>" + script + "</script>"},
+		{"image.svg", "image/svg+xml", `<svg xmlns="http://www.w3.org/2000/svg"><script>` + script + `</script></svg>`},
+	}
+	ctx := browser.New(t, browser.Options{})
+	for _, d := range docs {
+		body, ct := assetFormOf(t, d.body, d.name, d.contentType)
+		a := send(t, http.MethodPost, g.URL+"/api/v2/assets", body, headers{"Content-Type": ct})
+		var asset struct {
+			ID string `json:"id"`
+		}
+		if a.status != http.StatusCreated || json.Unmarshal(a.body, &asset) != nil {
+			t.Fatalf("upload %s: %d %s", d.name, a.status, short(a.body))
+		}
+		content := g.URL + "/api/v2/assets/" + asset.ID + "/content"
+		if csp := send(t, http.MethodGet, content, nil, nil).header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") {
+			t.Errorf("%s: Content-Security-Policy %q, want a sandbox", d.name, csp)
+		}
+		if err := chromedp.Do(ctx, chromedp.Navigate(content)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // time for a script to run, were it allowed to
+		title, err := chromedp.Run(ctx, chromedp.Title())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(title, "ran") {
+			t.Errorf("%s ran its script: title %q", d.name, title)
+		}
+	}
+	if n := jobCount(t, g.URL, nil); n != 0 {
+		t.Errorf("uploaded documents created %d jobs through the API", n)
+	}
+}

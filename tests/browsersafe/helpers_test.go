@@ -129,12 +129,19 @@ func tinyWorkflow(prefix string) []byte {
 	return b
 }
 
-// assetForm is a multipart asset upload of data, and its content type.
+// assetForm is a multipart upload of data as a text/plain asset, and the
+// form's content type.
 func assetForm(t testing.TB, data, name string) ([]byte, string) {
+	t.Helper()
+	return assetFormOf(t, data, name, "text/plain")
+}
+
+// assetFormOf is assetForm for an asset of contentType.
+func assetFormOf(t testing.TB, data, name, contentType string) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	w := multipart.NewWriter(&buf)
-	for k, v := range map[string]string{"content_type": "text/plain", "file_path": name} {
+	for k, v := range map[string]string{"content_type": contentType, "file_path": name} {
 		if err := w.WriteField(k, v); err != nil {
 			t.Fatal(err)
 		}
