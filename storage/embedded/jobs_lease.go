@@ -253,8 +253,9 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	return result, nil
 }
 
-// FinishJob ends the attempt with status (succeeded, failed or canceled),
-// keeping jobErr only for failed, sets CompletedAt, drops the lease and, in
+// FinishJob ends the attempt with status (succeeded, failed or canceled;
+// canceled whatever status says once the job is canceling), keeping jobErr
+// only for failed, sets CompletedAt, drops the lease and, in
 // the same transaction, settles a priced job (not charged when jobErr names
 // a platform fault).
 func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (storage.Job, error) {
@@ -266,7 +267,10 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 	}
 	var job storage.Job
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = ?, error = ?, completed_at = ?,
+		// A canceling job ends canceled however its attempt ended: the
+		// contract has canceling lead only there.
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = CASE WHEN status = 'canceling' THEN 'canceled' ELSE ? END,
+				error = CASE WHEN status = 'canceling' THEN NULL ELSE ? END, completed_at = ?,
 				lease_owner = NULL, lease_expires_at = NULL
 			WHERE `+ownsLease, status, nullJSON(jobErr), formatTime(now()), id, attempt)
 		if err != nil {

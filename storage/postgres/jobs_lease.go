@@ -220,8 +220,9 @@ func (s *Store) AddOutput(ctx context.Context, id string, attempt int, out stora
 	return storage.Output{NodeID: out.NodeID, Name: out.Name, Type: out.Type, Folder: out.Folder, Asset: created.Asset}, nil
 }
 
-// FinishJob ends the attempt with status (succeeded, failed or canceled),
-// keeping jobErr only for failed, sets CompletedAt, drops the lease and, in
+// FinishJob ends the attempt with status (succeeded, failed or canceled;
+// canceled whatever status says once the job is canceling), keeping jobErr
+// only for failed, sets CompletedAt, drops the lease and, in
 // the same statement, settles a priced job (not charged when jobErr names
 // a platform fault).
 func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status string, jobErr json.RawMessage) (storage.Job, error) {
@@ -245,7 +246,10 @@ func (s *Store) FinishJob(ctx context.Context, id string, attempt int, status st
 		return storage.Job{}, mapErr("finish job: begin", err)
 	}
 	defer rollback(ctx, tx)
-	tag, err := tx.Exec(ctx, settling(`UPDATE jobs SET status = $3, error = $4::text::json, completed_at = now(),
+	// A canceling job ends canceled however its attempt ended: the
+	// contract has canceling lead only there.
+	tag, err := tx.Exec(ctx, settling(`UPDATE jobs SET status = CASE WHEN status = 'canceling' THEN 'canceled' ELSE $3 END,
+			error = CASE WHEN status = 'canceling' THEN NULL ELSE $4::text::json END, completed_at = now(),
 			lease_owner = NULL, lease_expires_at = NULL, `+chargeSet(`$3::text`, `now()`, `$5::bool`)+`
 		WHERE `+ownsLease), id, attempt, status, jsonParam(jobErr), fault)
 	if err != nil {

@@ -149,6 +149,25 @@ func testCancelStateMachine(t *testing.T, st storage.Store) {
 		t.Fatalf("FinishJob(canceled) = %s, %v; want canceled", done.Status, err)
 	}
 
+	// An attempt that ends some other way once its cancel was taken ends
+	// canceled: the contract has canceling lead only there (a job that
+	// succeeded while its cancel was on its way read succeeded).
+	for _, reported := range []string{storage.JobSucceeded, storage.JobFailed} {
+		late := mustCreateJob(t, st, newJob(account, pool))
+		mustClaim(t, st, fs, pool)
+		if _, err := st.CancelJob(ctx(t), account, late.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.FinishJob(ctx(t), late.ID, 1, reported, json.RawMessage(`{"code":"node_execution_error","message":"m"}`))
+		if err != nil || got.Status != storage.JobCanceled || got.Error != nil || got.CompletedAt == nil {
+			t.Errorf("FinishJob(%s) of a canceling job = %s (error %s), %v; want canceled without an error object",
+				reported, got.Status, got.Error, err)
+		}
+		if again := mustGetJob(t, st, account, late.ID); again.Status != storage.JobCanceled {
+			t.Errorf("GetJob after FinishJob(%s) of a canceling job: %s, want canceled", reported, again.Status)
+		}
+	}
+
 	succeeded := mustCreateJob(t, st, newJob(account, pool))
 	mustClaim(t, st, fs, pool)
 	fin, err := st.FinishJob(ctx(t), succeeded.ID, 1, storage.JobSucceeded, json.RawMessage(`{"ignored":true}`))
