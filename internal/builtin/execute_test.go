@@ -215,6 +215,8 @@ func TestExecuteErrors(t *testing.T) {
 		{name: "corrupt png", prompt: invertPrompt, wantNode: "1", wantClass: "LoadImage", wantMsg: "gradient.png"},
 		{name: "not an image", prompt: `{"1":{"class_type":"LoadImage","inputs":{"image":"text.png"}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`, wantNode: "1", wantClass: "LoadImage", wantMsg: "cannot identify"},
 		{name: "missing file", prompt: `{"1":{"class_type":"LoadImage","inputs":{"image":"nope.png"}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`, wantNode: "1", wantClass: "LoadImage", wantMsg: "Invalid image file: nope.png"},
+		// An asset reference is named as one, not by its internal marker (a NUL byte).
+		{name: "missing asset", prompt: `{"1":{"class_type":"LoadImage","inputs":{"image":"\u0000asset:0190-a"}},"2":{"class_type":"PreviewImage","inputs":{"images":["1",0]}}}`, wantNode: "1", wantClass: "LoadImage", wantMsg: "Invalid image file: asset 0190-a: "},
 		{name: "unknown class", prompt: `{"1":{"class_type":"KSampler","inputs":{}},"2":{"class_type":"SaveImage","inputs":{"images":["1",0],"filename_prefix":"x"}}}`, wantNode: "1", wantClass: "KSampler", wantMsg: "does not exist"},
 		{name: "link to missing node", prompt: `{"2":{"class_type":"SaveImage","inputs":{"images":["7",0],"filename_prefix":"x"}}}`, wantNode: "2", wantClass: "SaveImage", wantMsg: "missing node 7"},
 		{name: "bad slot", prompt: `{"1":{"class_type":"EmptyImage","inputs":{"width":1,"height":1,"batch_size":1,"color":0}},"2":{"class_type":"SaveImage","inputs":{"images":["1",3],"filename_prefix":"x"}}}`, wantNode: "2", wantClass: "SaveImage", wantMsg: "no output slot 3"},

@@ -7,12 +7,32 @@ import (
 	"image"
 	"image/color"
 	"io"
+	"strings"
 
 	"github.com/comfygate/comfygate/internal/imagebound"
 )
 
 // maxInputBytes bounds how much of an input file LoadImage reads.
 const maxInputBytes = 256 << 20
+
+// assetPrefix marks a LoadImage image that names an asset by id (a
+// core/ASSET reference) instead of a file. It starts with a NUL byte, which
+// no file path holds.
+const assetPrefix = "\x00asset:"
+
+// AssetInput is the LoadImage image that stands for the asset id.
+func AssetInput(id string) string { return assetPrefix + id }
+
+// AssetID is the asset id name stands for, if it is an AssetInput.
+func AssetID(name string) (string, bool) { return strings.CutPrefix(name, assetPrefix) }
+
+// shownInput is name as messages show it: an asset as "asset <id>".
+func shownInput(name string) string {
+	if id, ok := AssetID(name); ok {
+		return "asset " + id
+	}
+	return name
+}
 
 // LoadImage charges its memory itself, as it learns it: the file's bytes
 // as they are read (at once when the opener tells the size), then, from
@@ -28,7 +48,7 @@ func runLoadImage(c *nodeCall) ([]any, error) {
 	rc, err := c.run.env.OpenInput(c.ctx, name)
 	if err != nil {
 		//lint:ignore ST1005 ComfyUI's own message, word for word: clients match it
-		return nil, fmt.Errorf("Invalid image file: %s: %w", name, err)
+		return nil, fmt.Errorf("Invalid image file: %s: %w", shownInput(name), err)
 	}
 	defer rc.Close()
 	data, err := c.readInput(rc, name)
@@ -37,18 +57,18 @@ func runLoadImage(c *nodeCall) ([]any, error) {
 	}
 	info, err := imagebound.Inspect(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
+		return nil, fmt.Errorf("cannot identify image file %s: %w", shownInput(name), err)
 	}
 	_, _, n, err := loadCost(info)
 	if err != nil {
-		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
+		return nil, fmt.Errorf("cannot identify image file %s: %w", shownInput(name), err)
 	}
 	if err := c.charge(n); err != nil {
 		return nil, err
 	}
 	im, mask, err := decodeImage(data)
 	if err != nil {
-		return nil, fmt.Errorf("cannot identify image file %s: %w", name, err)
+		return nil, fmt.Errorf("cannot identify image file %s: %w", shownInput(name), err)
 	}
 	return []any{im, mask}, nil
 }
@@ -95,7 +115,7 @@ func readBufferBytes(size int64, known bool) int64 {
 // readInput reads an input file, charging each buffer before it is
 // allocated.
 func (c *nodeCall) readInput(r io.Reader, name string) ([]byte, error) {
-	tooLarge := fmt.Errorf("image %s is larger than %d bytes", name, maxInputBytes)
+	tooLarge := fmt.Errorf("image %s is larger than %d bytes", shownInput(name), maxInputBytes)
 	size, known := inputSize(r)
 	first := int64(readInputChunk)
 	if known {
@@ -128,7 +148,7 @@ func (c *nodeCall) readInput(r io.Reader, name string) ([]byte, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read image %s: %w", name, err)
+			return nil, fmt.Errorf("read image %s: %w", shownInput(name), err)
 		}
 	}
 	if len(buf) > maxInputBytes {

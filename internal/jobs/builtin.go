@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,11 +18,6 @@ import (
 	"github.com/comfygate/comfygate/internal/workflow"
 	"github.com/comfygate/comfygate/storage"
 )
-
-// assetMarker prefixes the synthetic file name that stands for a core/ASSET
-// reference inside the built-in executor. It starts with a NUL byte, which
-// no real file path may contain.
-const assetMarker = "\x00asset:"
 
 // BuiltinExecutor runs jobs on the built-in core image nodes, in process.
 type BuiltinExecutor struct {
@@ -72,10 +66,14 @@ func (b *BuiltinExecutor) Execute(ctx context.Context, run *Run) error {
 			var a storage.Asset
 			var rc io.ReadCloser
 			var err error
-			if id, ok := strings.CutPrefix(name, assetMarker); ok {
+			if id, ok := builtin.AssetID(name); ok {
 				a, rc, err = run.OpenAsset(ctx, id, "")
 			} else {
 				a, rc, err = run.OpenAsset(ctx, "", name)
+			}
+			if errors.Is(err, storage.ErrNotFound) {
+				// The job's message names the input, not the store.
+				return nil, errors.New("no such file (was it deleted?)")
 			}
 			if err != nil {
 				return nil, err
@@ -184,7 +182,7 @@ func builtinPrompt(g workflow.Graph) (map[string]builtin.Node, error) {
 			if obj, ok := v.(map[string]any); ok && obj["__type"] == workflow.AssetType {
 				info, _ := obj["info"].(map[string]any)
 				assetID, _ := info["id"].(string)
-				v = assetMarker + assetID
+				v = builtin.AssetInput(assetID)
 			}
 			inputs[name] = v
 		}
