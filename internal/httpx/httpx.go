@@ -213,6 +213,12 @@ func TimePtr(t *time.Time) *string {
 	return &s
 }
 
+// Reads reports a GET or a HEAD: a resource read with GET is read with
+// HEAD too (RFC 9110 §9.1), net/http leaving out the body.
+func Reads(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
+}
+
 // MethodNotAllowed is the error for a known path with the wrong method.
 func MethodNotAllowed(allow ...string) error {
 	e := apierr.New(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed")

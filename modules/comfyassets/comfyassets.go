@@ -103,12 +103,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.fromHash(w, r, svc, p)
 	case len(parts) == 3 && parts[1] == "by-hash":
 		if r.Method != http.MethodHead && r.Method != http.MethodGet {
-			return httpx.MethodNotAllowed(http.MethodHead)
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead)
 		}
 		return h.byHash(w, r, svc, p, parts[2])
 	case len(parts) == 2:
 		switch r.Method {
-		case http.MethodGet:
+		case http.MethodGet, http.MethodHead:
 			a, err := svc.Get(r.Context(), p.AccountID, parts[1])
 			if err != nil {
 				return err
@@ -121,7 +121,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		default:
-			return httpx.MethodNotAllowed(http.MethodGet, http.MethodDelete)
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead, http.MethodDelete)
 		}
 	case len(parts) == 3 && parts[2] == "content":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

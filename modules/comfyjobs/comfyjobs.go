@@ -112,7 +112,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		switch r.Method {
 		case http.MethodPost:
 			return h.submit(w, r, svc, p, scope)
-		case http.MethodGet:
+		case http.MethodGet, http.MethodHead:
 			if scope != nil && scope.Public() {
 				// Every anonymous caller is the demo account: a listing
 				// would hand each one everybody's jobs.
@@ -120,15 +120,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			}
 			return h.list(w, r, svc, p)
 		}
-		return httpx.MethodNotAllowed(http.MethodGet, http.MethodPost)
+		return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead, http.MethodPost)
 	case len(parts) == 2:
-		if r.Method != http.MethodGet {
-			return httpx.MethodNotAllowed(http.MethodGet)
+		if !httpx.Reads(r) {
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead)
 		}
 		return h.get(w, r, svc, p, scope, parts[1])
 	case len(parts) == 3 && parts[2] == "workflow":
-		if r.Method != http.MethodGet {
-			return httpx.MethodNotAllowed(http.MethodGet)
+		if !httpx.Reads(r) {
+			return httpx.MethodNotAllowed(http.MethodGet, http.MethodHead)
 		}
 		j, err := svc.Get(r.Context(), p.AccountID, parts[1])
 		if err != nil {
