@@ -1,8 +1,13 @@
 package httpx
 
 import (
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/comfygate/comfygate/internal/apierr"
 )
 
 // RangeStart returns the first byte http.ServeContent will read of a
@@ -54,3 +59,44 @@ func RangeStart(header string, size int64) int64 {
 
 // trimWhitespace drops the whitespace around s that ServeContent ignores.
 func trimWhitespace(s string) string { return strings.Trim(s, " \t\r\n") }
+
+// ServeContent is http.ServeContent (ranges, conditional requests, HEAD)
+// whose refusals are errors for the route's envelope: 416 for a range
+// outside the content, 412 for a failed precondition. http.ServeContent
+// writes the first as plain text and the second with no body, under the
+// content's own headers. A 416 keeps the Content-Range it set.
+func ServeContent(w http.ResponseWriter, r *http.Request, modtime time.Time, content io.ReadSeeker) error {
+	rc := &refusalCatcher{ResponseWriter: w}
+	http.ServeContent(rc, r, "", modtime, content)
+	switch rc.refused {
+	case http.StatusRequestedRangeNotSatisfiable:
+		return apierr.New(rc.refused, "range_not_satisfiable", "the requested range lies outside the content")
+	case http.StatusPreconditionFailed:
+		return apierr.New(rc.refused, "precondition_failed", "a precondition of the request does not hold")
+	}
+	return nil
+}
+
+// refusalCatcher holds back a 412 or 416 and what follows it.
+type refusalCatcher struct {
+	http.ResponseWriter
+	refused int
+}
+
+func (c *refusalCatcher) WriteHeader(code int) {
+	if code == http.StatusRequestedRangeNotSatisfiable || code == http.StatusPreconditionFailed {
+		c.refused = code
+		return
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *refusalCatcher) Write(p []byte) (int, error) {
+	if c.refused != 0 {
+		return len(p), nil
+	}
+	return c.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (c *refusalCatcher) Unwrap() http.ResponseWriter { return c.ResponseWriter }

@@ -252,7 +252,7 @@ func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Se
 	hdr.Set("Cache-Control", "private, max-age=3600, immutable")
 	httpx.UntrustedContent(hdr)
 	// ServeContent answers Range (206/416), If-None-Match and HEAD.
-	http.ServeContent(w, r, "", a.CreatedAt, body)
+	refused := httpx.ServeContent(w, r, a.CreatedAt, body)
 	if rf, ok := body.(*readFailure); ok && rf.err != nil {
 		// The status line is out: the one honest thing left is to cut the
 		// connection, so that the client sees a failed transfer, not a
@@ -261,7 +261,7 @@ func (h *Handler) content(w http.ResponseWriter, r *http.Request, svc *assets.Se
 			zap.String("asset_id", a.ID), zap.Error(rf.err))
 		panic(http.ErrAbortHandler)
 	}
-	return nil
+	return refused
 }
 
 // readFailure remembers the error that ended a read (ServeContent drops it).

@@ -200,6 +200,5 @@ func (h *Handler) assetContent(w http.ResponseWriter, r *http.Request, account, 
 	defer f.Close()
 	w.Header().Set("Content-Type", a.ContentType)
 	httpx.UntrustedContent(w.Header())
-	http.ServeContent(w, r, "", a.CreatedAt, f)
-	return nil
+	return httpx.ServeContent(w, r, a.CreatedAt, f)
 }

@@ -151,8 +151,7 @@ func (h *Handler) view(w http.ResponseWriter, r *http.Request, svc *nativeapi.Se
 	hdr.Set("Cache-Control", "private, max-age=3600")
 	httpx.UntrustedContent(hdr)
 	// ServeContent answers Range (206/416), If-None-Match and HEAD.
-	http.ServeContent(w, r, "", a.CreatedAt, f)
-	return nil
+	return httpx.ServeContent(w, r, a.CreatedAt, f)
 }
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request, svc *nativeapi.Service, account string, mask bool) error {
