@@ -102,6 +102,28 @@ func (c *Claim) Settle(ctx context.Context, err error) {
 	}
 }
 
+// Refuse is the answer to a request that failed with err. The contract
+// refuses every later request with a used key, whatever else is wrong
+// with it, as idempotency_key_reuse; a request refused (definitively)
+// before it reached submission has not tried its key yet, so Refuse tries
+// it: held by an earlier request, the answer is the reuse refusal; free,
+// it is err, and Settle gives the key back. A store that cannot be asked
+// leaves err as it is.
+func (c *Claim) Refuse(ctx context.Context, err error) error {
+	c.mu.Lock()
+	claimed := c.claimed
+	c.mu.Unlock()
+	if claimed || !Definitive(err) {
+		return err
+	}
+	if reuse := c.Reach(ctx); reuse != nil {
+		if e, ok := apierr.As(reuse); ok && e.Code == "idempotency_key_reuse" {
+			return reuse
+		}
+	}
+	return err
+}
+
 // Definitive reports whether err means that nothing was created.
 func Definitive(err error) bool {
 	if err == nil {

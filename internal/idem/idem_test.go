@@ -230,6 +230,46 @@ func TestClaimSettle(t *testing.T) {
 	}
 }
 
+// TestClaimRefuse: a request refused before it reached submission is
+// answered idempotency_key_reuse when an earlier request holds its key
+// (the contract refuses any later request with the key, a different or
+// broken body included), and keeps its own refusal, with the key free
+// again after Settle, when nobody does.
+func TestClaimRefuse(t *testing.T) {
+	ctx := context.Background()
+	st := memclaim.New()
+	invalid := apierr.InvalidWorkflow("bad")
+	if err := New(st, "acct", "used", time.Hour).Reach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := New(st, "acct", "used", time.Hour)
+	if e, _ := apierr.As(c.Refuse(ctx, invalid)); e == nil || e.Code != "idempotency_key_reuse" {
+		t.Errorf("Refuse with a used key = %v, want idempotency_key_reuse", e)
+	}
+	c.Settle(ctx, c.Refuse(ctx, invalid))
+	if isFree(t, st, "acct", "used") {
+		t.Error("Settle released the earlier request's key")
+	}
+
+	fresh := New(st, "acct", "fresh", time.Hour)
+	err := fresh.Refuse(ctx, invalid)
+	if !errors.Is(err, invalid) {
+		t.Errorf("Refuse with a fresh key = %v, want the request's own refusal", err)
+	}
+	fresh.Settle(ctx, err)
+	if !isFree(t, st, "acct", "fresh") {
+		t.Error("a fresh key stays held after a refused request")
+	}
+	for _, kept := range []error{nil, apierr.Upstream(errors.New("maybe committed"))} {
+		if got := New(st, "acct", "other", time.Hour).Refuse(ctx, kept); got != kept {
+			t.Errorf("Refuse(%v) = %v, want it unchanged", kept, got)
+		}
+	}
+	if !isFree(t, st, "acct", "other") {
+		t.Error("Refuse of a success or an unknown outcome took the key")
+	}
+}
+
 func TestClaimSettleReleasedThenRetry(t *testing.T) {
 	ctx := context.Background()
 	st := memclaim.New()

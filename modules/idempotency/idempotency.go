@@ -81,6 +81,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	claim := idem.New(h.app.Claims(), p.AccountID, key[0], time.Duration(h.TTL))
 	err := next.ServeHTTP(w, r.WithContext(idem.WithClaim(r.Context(), claim)))
+	err = claim.Refuse(r.Context(), err)
 	claim.Settle(r.Context(), err)
 	if e, ok := apierr.As(err); ok && e.Code == apierr.IdempotencyKeyReuse().Code {
 		metrics.IdempotencyKeyReuses.WithLabelValues(routeOf(r)).Inc()

@@ -42,6 +42,30 @@ func TestUploadIdempotencyKey(t *testing.T) {
 				}
 			})
 
+			// The contract refuses any later request with a used key, one
+			// that is wrong in another way too (it answered the validation
+			// error), and a fresh key refused for its body stays free.
+			t.Run("a used key with a broken request is reuse", func(t *testing.T) {
+				key := uuid.NewString()
+				first := submit(t, g, map[string]any{"workflow": invertWorkflow("nobody.png")}, map[string]string{"Idempotency-Key": key})
+				if first.Status != 422 || first.errorCode(t) != "missing_asset" {
+					t.Fatalf("first, refused for its body: %d %s", first.Status, first.Body)
+				}
+				up := upload(t, g, map[string]string{"Idempotency-Key": key}, uploadParts(randomBytes(100), "k.png")...)
+				if up.Status != http.StatusCreated {
+					t.Fatalf("the key a refused request left free: %d %s", up.Status, up.Body)
+				}
+				for _, r := range []response{
+					submit(t, g, map[string]any{"workflow": invertWorkflow("nobody.png")}, map[string]string{"Idempotency-Key": key}),
+					upload(t, g, map[string]string{"Idempotency-Key": key}, part{name: "file_path", value: "no-file.png"}),
+				} {
+					if r.Status != 422 || r.errorCode(t) != "idempotency_key_reuse" {
+						t.Errorf("a broken request with the used key: %d %s, want 422 idempotency_key_reuse", r.Status, r.Body)
+					}
+				}
+				deleteAsset(t, g, up.JSON(t)["id"].(string))
+			})
+
 			t.Run("bad keys", func(t *testing.T) {
 				for _, key := range []string{strings.Repeat("k", 256), "has space", "tab\tkey"} {
 					r := upload(t, g, map[string]string{"Idempotency-Key": key}, uploadParts(randomBytes(10), "a.png")...)
