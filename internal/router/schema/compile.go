@@ -10,7 +10,8 @@
 // Supported JSON Schema subset: type (string or array form, integer vs
 // number, OpenAPI 3.0 `nullable`), properties, required, additionalProperties
 // (bool or schema), enum, const, minimum/maximum, exclusiveMinimum/
-// exclusiveMaximum (3.0 booleans and 3.1 numbers), minLength/maxLength,
+// exclusiveMaximum (3.0 booleans and 3.1 numbers), multipleOf (numbers
+// compared exactly: see number), minLength/maxLength,
 // pattern (Go RE2; a pattern Go cannot compile is skipped, not fatal),
 // format "uri"/"url" (light check), items, minItems/maxItems,
 // allOf/anyOf/oneOf, and local $ref. `default`, `title`, `description` and
@@ -22,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 )
 
@@ -58,8 +60,9 @@ type node struct {
 	hasConst bool
 	constVal any
 
-	ge, gt, le, lt             float64
+	ge, gt, le, lt             number
 	hasGE, hasGT, hasLE, hasLT bool
+	multipleOf                 *number
 	minLen, maxLen             int // -1: unset
 	pattern                    *regexp.Regexp
 	formatURI                  bool
@@ -162,6 +165,25 @@ func (c *compiler) compileObject(o *object, where string) (*node, error) {
 	return n, nil
 }
 
+// plainLit is plain, except that a number keeps its literal, so that an
+// enum or const of one compares exactly (see number).
+func plainLit(v any) any {
+	if n, ok := v.(json.Number); ok {
+		if lit, ok := numberOf(n); ok {
+			return lit
+		}
+	}
+	return plain(v)
+}
+
+// numLit is a schema keyword's number with its literal.
+func numLit(v any) (number, bool) {
+	if n, ok := v.(json.Number); ok {
+		return numberOf(n)
+	}
+	return number{}, false
+}
+
 func num(v any) (float64, bool) {
 	if n, ok := v.(json.Number); ok {
 		f, err := n.Float64()
@@ -226,11 +248,11 @@ func (c *compiler) fill(n *node, o *object, where string) error {
 	if e, ok := o.vals["enum"].([]any); ok {
 		n.enum = make([]any, len(e))
 		for i, x := range e {
-			n.enum[i] = plain(x)
+			n.enum[i] = plainLit(x)
 		}
 	}
 	if cv, ok := o.get("const"); ok {
-		n.hasConst, n.constVal = true, plain(cv)
+		n.hasConst, n.constVal = true, plainLit(cv)
 	}
 	if err := fillNumeric(n, o, where); err != nil {
 		return err
@@ -321,7 +343,7 @@ func (c *compiler) fillType(n *node, o *object, where string) error {
 
 func fillNumeric(n *node, o *object, where string) error {
 	if v, ok := o.get("minimum"); ok {
-		f, ok := num(v)
+		f, ok := numLit(v)
 		if !ok {
 			return fmt.Errorf("%s: minimum must be a number", where)
 		}
@@ -332,7 +354,7 @@ func fillNumeric(n *node, o *object, where string) error {
 		}
 	}
 	if v, ok := o.get("maximum"); ok {
-		f, ok := num(v)
+		f, ok := numLit(v)
 		if !ok {
 			return fmt.Errorf("%s: maximum must be a number", where)
 		}
@@ -342,11 +364,18 @@ func fillNumeric(n *node, o *object, where string) error {
 			n.le, n.hasLE = f, true
 		}
 	}
-	if f, ok := num(o.vals["exclusiveMinimum"]); ok {
+	if f, ok := numLit(o.vals["exclusiveMinimum"]); ok {
 		n.gt, n.hasGT = f, true
 	}
-	if f, ok := num(o.vals["exclusiveMaximum"]); ok {
+	if f, ok := numLit(o.vals["exclusiveMaximum"]); ok {
 		n.lt, n.hasLT = f, true
+	}
+	if v, ok := o.get("multipleOf"); ok {
+		f, ok := numLit(v)
+		if !ok || !(f.f > 0) || math.IsInf(f.f, 0) {
+			return fmt.Errorf("%s: multipleOf must be a number greater than 0", where)
+		}
+		n.multipleOf = &f
 	}
 	return nil
 }

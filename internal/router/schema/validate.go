@@ -274,18 +274,21 @@ func numCtx(f float64) any {
 
 func (s *state) checkNumber(n *node, f float64, val any) {
 	switch {
-	case n.hasGE && !(f >= n.ge):
-		s.add("greater_than_equal", "Input should be greater than or equal to "+numText(n.ge),
-			map[string]any{"ge": numCtx(n.ge)}, val)
-	case n.hasGT && !(f > n.gt):
-		s.add("greater_than", "Input should be greater than "+numText(n.gt),
-			map[string]any{"gt": numCtx(n.gt)}, val)
-	case n.hasLE && !(f <= n.le):
-		s.add("less_than_equal", "Input should be less than or equal to "+numText(n.le),
-			map[string]any{"le": numCtx(n.le)}, val)
-	case n.hasLT && !(f < n.lt):
-		s.add("less_than", "Input should be less than "+numText(n.lt),
-			map[string]any{"lt": numCtx(n.lt)}, val)
+	case n.hasGE && n.ge.cmp(f, val) < 0:
+		s.add("greater_than_equal", "Input should be greater than or equal to "+n.ge.text(),
+			map[string]any{"ge": n.ge.ctx()}, val)
+	case n.hasGT && n.gt.cmp(f, val) <= 0:
+		s.add("greater_than", "Input should be greater than "+n.gt.text(),
+			map[string]any{"gt": n.gt.ctx()}, val)
+	case n.hasLE && n.le.cmp(f, val) > 0:
+		s.add("less_than_equal", "Input should be less than or equal to "+n.le.text(),
+			map[string]any{"le": n.le.ctx()}, val)
+	case n.hasLT && n.lt.cmp(f, val) >= 0:
+		s.add("less_than", "Input should be less than "+n.lt.text(),
+			map[string]any{"lt": n.lt.ctx()}, val)
+	case n.multipleOf != nil && !n.multipleOf.multipleOf(f, val):
+		s.add("multiple_of", "Input should be a multiple of "+n.multipleOf.text(),
+			map[string]any{"multiple_of": n.multipleOf.ctx()}, val)
 	}
 }
 

@@ -73,6 +73,9 @@ func equalValue(lit, val any) bool {
 	case float64:
 		k, f := kindOf(val)
 		return k&kNumber != 0 && f == l
+	case number:
+		k, f := kindOf(val)
+		return k&kNumber != 0 && l.cmp(f, val) == 0
 	}
 	return reflect.DeepEqual(lit, normalize(val))
 }
@@ -109,6 +112,8 @@ func expected(vals []any) string {
 			parts[i] = "'" + t + "'"
 		case float64:
 			parts[i] = numText(t)
+		case number:
+			parts[i] = t.text()
 		case bool:
 			if t {
 				parts[i] = "True"
