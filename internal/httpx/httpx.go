@@ -225,3 +225,25 @@ func MethodNotAllowed(allow ...string) error {
 	e.Header = http.Header{"Allow": []string{strings.Join(allow, ", ")}}
 	return e
 }
+
+// CanonicalID is id in lower case when it is a UUID in any case (RFC 9562
+// §4: UUIDs compare without regard to case; the stores hold them lower
+// case), else id unchanged.
+func CanonicalID(id string) string {
+	if len(id) != 36 {
+		return id
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return id
+			}
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
+		default:
+			return id
+		}
+	}
+	return strings.ToLower(id)
+}

@@ -221,3 +221,18 @@ func TestRangeStart(t *testing.T) {
 		}
 	}
 }
+
+func TestCanonicalID(t *testing.T) {
+	for in, want := range map[string]string{
+		"01A23ECC-5EC9-769E-BC86-49BE79478EA8": "01a23ecc-5ec9-769e-bc86-49be79478ea8",
+		"01a23ecc-5ec9-769e-bc86-49be79478ea8": "01a23ecc-5ec9-769e-bc86-49be79478ea8",
+		"from-hash":                            "from-hash",
+		"01A23ECC-5EC9-769E-BC86-49BE79478EAZ": "01A23ECC-5EC9-769E-BC86-49BE79478EAZ",
+		"01A23ECC05EC9-769E-BC86-49BE79478EA8": "01A23ECC05EC9-769E-BC86-49BE79478EA8",
+		"":                                     "",
+	} {
+		if got := CanonicalID(in); got != want {
+			t.Errorf("CanonicalID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

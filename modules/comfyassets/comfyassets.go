@@ -90,6 +90,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 	parts := strings.Split(rest, "/")
+	if len(parts) > 1 {
+		parts[1] = httpx.CanonicalID(parts[1])
+	}
 	switch {
 	case len(parts) == 1:
 		if r.Method != http.MethodPost {

@@ -105,6 +105,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) > 1 {
+		parts[1] = httpx.CanonicalID(parts[1])
 		comfygate.SetPlaceholder(r, comfygate.PlaceholderJobID, parts[1])
 	}
 	switch {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,13 @@ func TestHeadReadsWhatGetReads(t *testing.T) {
 		}
 		if hc, gc := head.Header.Get("Content-Type"), get.Header.Get("Content-Type"); hc != gc {
 			t.Errorf("HEAD %s: Content-Type %q, GET's %q", path, hc, gc)
+		}
+	}
+	// UUIDs compare without regard to case (RFC 9562): an id in capitals
+	// names the same job and asset (it answered 404).
+	for _, path := range []string{"/api/v2/jobs/" + strings.ToUpper(job), "/api/v2/assets/" + strings.ToUpper(asset) + "/content"} {
+		if a := do(t, http.MethodGet, g.URL+path, nil, nil); a.Status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, a.Status, a.Body)
 		}
 	}
 	if a := do(t, http.MethodHead, g.URL+"/api/v2/jobs/"+job+"/cancel", nil, nil); a.Status != http.StatusMethodNotAllowed {
