@@ -297,6 +297,22 @@ func TestClientDisconnectIsRecordedAndCharged(t *testing.T) {
 	}
 }
 
+// TestClientGoneBeforeTheDeadline: a caller that leaves before a partner
+// that never answers reaches the deadline is recorded client_disconnected
+// (it was recorded deadline_exceeded, which it never saw).
+func TestClientGoneBeforeTheDeadline(t *testing.T) {
+	f := newFixture(t, &fakeAdapter{work: time.Hour}, limits.Limits{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	req := f.req("k6", "fp")
+	_, _ = f.svc.Call(ctx, req)
+	f.svc.Wait()
+	rec, err := f.store.GetRouterCall(context.Background(), req.RequestID)
+	if err != nil || rec.Bucket != BucketClientDisconnected || rec.HTTPStatus != 499 || rec.State != storage.RouterConsumed {
+		t.Errorf("record %+v %v; want consumed, client_disconnected 499", rec, err)
+	}
+}
+
 func TestUnavailableLimiterFailsClosed(t *testing.T) {
 	f := newFixture(t, &fakeAdapter{work: time.Millisecond}, limits.Limits{})
 	f.lim.Close()

@@ -80,7 +80,13 @@ func (s *Service) dispatch(ctx context.Context, req Request, rec storage.RouterC
 		if e != nil {
 			stopKeep()
 			s.settle(ctx, lease, 0)
-			s.record(ctx, rec, keyed, storage.RouterConsumed, e.Code, e.Status, nil, 0)
+			bucket, status := e.Code, e.Status
+			if ctx.Err() != nil {
+				// The caller left before the bound: that is what the
+				// record says happened first (the answer goes nowhere).
+				bucket, status = BucketClientDisconnected, 499
+			}
+			s.record(ctx, rec, keyed, storage.RouterConsumed, bucket, status, nil, 0)
 			if keyed && e.Code == BucketDeadline {
 				s.releaseKey(ctx, rec)
 			}
