@@ -263,9 +263,14 @@ func (h *Handler) serveCall(w http.ResponseWriter, r *http.Request, id string) (
 		return err
 	}
 	provider = m.Provider
-	key, hasKey := "", len(r.Header.Values("Idempotency-Key")) > 0
+	keys := r.Header.Values("Idempotency-Key")
+	key, hasKey := "", len(keys) > 0
+	if len(keys) > 1 {
+		// Which one a retry would repeat cannot be told (the v2 routes refuse it too).
+		return invalidInput("send one Idempotency-Key header")
+	}
 	if hasKey {
-		key = r.Header.Get("Idempotency-Key")
+		key = keys[0]
 		if !validKey(key) {
 			return invalidInput("Idempotency-Key must be 1 to 255 printable ASCII characters")
 		}

@@ -1,8 +1,10 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -111,6 +113,20 @@ func TestBuckets(t *testing.T) {
 			status: 422, bucket: "invalid_input"},
 		{name: "invalid_input: bad key", do: func() response {
 			return post("acme/image", plain, prompt, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)})
+		}, status: 400, bucket: "invalid_input"},
+		{name: "invalid_input: two keys", do: func() response {
+			req, _ := http.NewRequest(http.MethodPost, g.URL+"/v1/models/acme/image", bytes.NewReader(prompt))
+			req.Header.Set("Authorization", "Bearer "+plain)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Add("Idempotency-Key", "one")
+			req.Header.Add("Idempotency-Key", "two")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 		}, status: 400, bucket: "invalid_input"},
 		{name: "invalid_input: provider 422 passes through", setup: func() { p.fal.SetOptions(partner.WithNoFaults(), partner.WithValidationError(nil)) },
 			do: func() response { return post("fal/flux", plain, prompt, nil) }, status: 422, bucket: "invalid_input"},
