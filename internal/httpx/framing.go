@@ -1,6 +1,9 @@
 package httpx
 
-import "net/http"
+import (
+	"net/http"
+	"strings"
+)
 
 // CloseAfterChunked asks the server to close an HTTP/1.1 connection once
 // it has answered a request whose body came chunked.
@@ -29,4 +32,22 @@ func CloseAfterChunked(w http.ResponseWriter, r *http.Request) {
 func UntrustedContent(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+}
+
+// CanonicalPath reports a path with no ".", ".." or empty segment (a
+// trailing slash aside): the form Caddy's path matchers compare after
+// cleaning. A handler that acted on another form than the matcher saw
+// could be routed past an operator's rule: /deployment/demo/../x/… matches
+// a rule for /deployment/x/* and names the deployment demo.
+func CanonicalPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if s == "." || s == ".." || (s == "" && i != len(segs)-1) {
+			return false
+		}
+	}
+	return true
 }

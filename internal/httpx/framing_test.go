@@ -70,3 +70,24 @@ func TestCloseAfterChunked(t *testing.T) {
 		})
 	}
 }
+
+func TestCanonicalPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/":                                 true,
+		"/api/v2/jobs":                      true,
+		"/api/v2/jobs/":                     true,
+		"/deployment/demo/../x/api/v2/jobs": false,
+		"/deployment/demo/./api/v2/jobs":    false,
+		"/deployment/demo//api/v2/jobs":     false,
+		"//api/v2/jobs":                     false,
+		"/api/v2/..":                        false,
+		"/api/v2/.":                         false,
+		"/api/v2/jobs/..hidden":             true, // a name, not a dot segment
+		"api/v2/jobs":                       false,
+		"":                                  false,
+	} {
+		if got := CanonicalPath(p); got != want {
+			t.Errorf("CanonicalPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

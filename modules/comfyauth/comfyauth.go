@@ -170,6 +170,11 @@ func (h *Handler) Validate() error {
 // too slowly is cut (httpx.BodyRate).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	httpx.CloseAfterChunked(w, r) // before anything can answer
+	if !httpx.CanonicalPath(r.URL.Path) {
+		// The handlers after this one act on the path Caddy's matchers
+		// saw cleaned; another form could slip past an operator's rule.
+		return apierr.NotFound("no such route")
+	}
 	scope, scoped := deployments.From(r.Context())
 	browsers := h.browsers
 	if scoped && scope.Mount == "" {

@@ -147,6 +147,11 @@ func (h *Handler) Validate() error {
 
 // ServeHTTP resolves the deployment and calls next inside its scope.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// The deployment is named by the path Caddy's matchers saw (cleaned):
+	// a path in another form is refused, not resolved.
+	if !httpx.CanonicalPath(r.URL.Path) {
+		return apierr.NotFound("no such route")
+	}
 	// The host's label under a base domain, else the path prefix; a
 	// prefix naming another deployment than the host is refused.
 	id, mount, ok := h.domains.Resolve(r.Host, r.URL.Path)
@@ -165,6 +170,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if mount != "" {
 		stripPrefix(r, mount)
+	}
+	if !strings.HasPrefix(r.URL.Path, httpx.APIRoot) {
+		// A deployment serves the v2 API right under its host or prefix;
+		// anything between would be copied into its links.
+		return apierr.NotFound("no such route")
 	}
 	need, jobID := deployments.NeedOf(r.Method, r.URL.Path)
 	scope := &deployments.Scope{

@@ -315,4 +315,24 @@ func TestDeploymentHostAndPrefix(t *testing.T) {
 		t.Errorf("the job by host alone: %d %s", r.Status, r.Body)
 	}
 	wantError(t, "the job through the other deployment", s.byHost("acme-b", key).get(t, id), http.StatusNotFound, "not_found", false)
+
+	// The deployment a request names is the one in the path Caddy's
+	// matchers see cleaned: a dot segment named acme-a while a rule for
+	// /deployment/acme-b/* matched (found by a black-box review), and
+	// segments between the prefix and /api/v2 were copied into every link.
+	plain := client{base: s.URL, key: key}
+	for _, path := range []string{
+		"/deployment/acme-a/../acme-b/api/v2/jobs/" + id,
+		"/deployment/acme-a/./api/v2/jobs/" + id,
+		"/deployment/acme-a//api/v2/jobs/" + id,
+		"/deployment/acme-a/garbage/api/v2/jobs/" + id,
+		"/deployment/acme-a/deployment/acme-b/api/v2/jobs/" + id,
+	} {
+		wantError(t, path, plain.do(t, http.MethodGet, path, nil, nil), http.StatusNotFound, "not_found", false)
+	}
+	wantError(t, "junk before /api/v2 by host", s.byHost("acme-a", key).do(t, http.MethodGet, "/garbage/api/v2/jobs/"+id, nil, nil),
+		http.StatusNotFound, "not_found", false)
+	if r := plain.do(t, http.MethodGet, "/deployment/acme-a/api/v2/jobs/"+id, nil, nil); r.Status != http.StatusOK {
+		t.Errorf("the job by prefix: %d %s", r.Status, r.Body)
+	}
 }
