@@ -119,15 +119,33 @@ type Options struct {
 }
 
 // Start writes caddyfile (with {PORT} replaced) and runs the gateway with it.
-// The process is stopped when the test ends.
+// The process is stopped when the test ends. A port Start picked itself
+// that something else took before the gateway bound it (FreePort can only
+// offer a port that was free; a client's connection may take it next) is
+// picked again, up to three times.
 func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
+	t.Helper()
+	picked := opts.Port == 0
+	for attempt := 1; ; attempt++ {
+		if picked {
+			opts.Port = FreePort(t)
+		}
+		g, err := start(t, caddyfile, opts)
+		if err == nil {
+			return g
+		}
+		if !picked || attempt == 3 || !strings.Contains(g.logs.String(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("port %d was taken before the gateway bound it; picking another", opts.Port)
+	}
+}
+
+func start(t testing.TB, caddyfile string, opts Options) (*Gateway, error) {
 	t.Helper()
 	bin := opts.Binary
 	if bin == "" {
 		bin = Binary(t)
-	}
-	if opts.Port == 0 {
-		opts.Port = FreePort(t)
 	}
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
@@ -165,12 +183,10 @@ func Start(t testing.TB, caddyfile string, opts Options) *Gateway {
 			t.Logf("gateway on :%d logs:\n%s", g.Port, g.logs.String())
 		}
 	})
-	g.waitReady(t)
-	return g
+	return g, g.waitReady()
 }
 
-func (g *Gateway) waitReady(t testing.TB) {
-	t.Helper()
+func (g *Gateway) waitReady() error {
 	deadline := time.Now().Add(60 * time.Second)
 	// The probe only asks whether the site answers; trusting the internal
 	// CA is the tests' business (CACertFile).
@@ -180,7 +196,7 @@ func (g *Gateway) waitReady(t testing.TB) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-g.done:
-			t.Fatalf("gateway exited during start:\n%s", g.logs.String())
+			return fmt.Errorf("gateway exited during start:\n%s", g.logs.String())
 		default:
 		}
 		// Caddy may serve requests before every app has started, so ready
@@ -189,12 +205,12 @@ func (g *Gateway) waitReady(t testing.TB) {
 		if err == nil {
 			resp.Body.Close()
 			if strings.Contains(g.logs.String(), "serving initial configuration") {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("gateway did not start within 60s:\n%s", g.logs.String())
+	return fmt.Errorf("gateway did not start within 60s:\n%s", g.logs.String())
 }
 
 // CACertFile is the PEM root certificate of the internal CA of a gateway

@@ -73,7 +73,9 @@ func TestEventStreams(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		var conns []net.Conn
 		for i := 0; i < 3; i++ {
-			conns = append(conns, openRawStream(t, g, long, "HTTP/1.1"))
+			// The previous round's probe was hung up just now: its slot
+			// comes back once the server has seen that (checked below).
+			conns = append(conns, openRawStreamWhenFree(t, g, long))
 		}
 		for _, c := range conns {
 			c.Close()
@@ -177,6 +179,24 @@ func openRawStream(t *testing.T, g *gateway.Gateway, id, proto string) net.Conn 
 		t.Fatalf("stream over %s: %q", proto, status)
 	}
 	return c
+}
+
+// openRawStreamWhenFree opens an HTTP/1.1 stream of id, retrying while the
+// account is at max_streams, for up to 10 s.
+func openRawStreamWhenFree(t *testing.T, g *gateway.Gateway, id string) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, status := tryRawStream(t, g, id, "HTTP/1.1")
+		if strings.Contains(status, " 200 ") {
+			return c
+		}
+		c.Close()
+		if !strings.Contains(status, " 429 ") || time.Now().After(deadline) {
+			t.Fatalf("stream over HTTP/1.1: %q", status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func tryRawStream(t *testing.T, g *gateway.Gateway, id, proto string) (net.Conn, string) {
