@@ -33,8 +33,11 @@ func TestRunLogSurfaces(t *testing.T) {
 				t.Fatalf("upload: %d %s", r.Status, r.Body)
 			}
 
-			// Absent on submit, and on GET while the job runs.
-			slow := c.submit(t, slowWorkflow(3))
+			// Absent on submit, and on GET while the job runs. Long enough
+			// (it is canceled) that the cancel lands mid-run however loaded
+			// the machine: with 3 blurs, it once ran every node first and
+			// ended without "Processing interrupted".
+			slow := c.submit(t, slowWorkflow(20))
 			if slow.Status != http.StatusCreated || hasLogs(t, slow.JSON(t)) {
 				t.Fatalf("submit answer: %d, logs key %v", slow.Status, hasLogs(t, slow.JSON(t)))
 			}
