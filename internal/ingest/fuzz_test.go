@@ -129,7 +129,7 @@ func escapesRoot(p string) bool {
 // leading "./" hid a drive letter or a UNC prefix from the checks that ran
 // before cleaning, and Windows reads "..." and ".. " as the parent.
 func TestCleanFilePathFuzzFindings(t *testing.T) {
-	for _, v := range []string{"./C:/x", `./\\srv\share\x`, ".//c:x", "...", ".. /x", `a\... \b`, "a/. ./.."} {
+	for _, v := range []string{"./C:/x", `./\\srv\share\x`, ".//c:x", "...", ".. /x", `a\... \b`, "a/. ./..", `0\/.`} {
 		if got, err := CleanFilePath(v); err == nil {
 			t.Errorf("CleanFilePath(%q) = %q; want a refusal", v, got)
 		} else {

@@ -84,6 +84,11 @@ func CleanFilePath(v string) (string, error) {
 	if cleaned == "." {
 		return bad("must name a file")
 	}
+	if strings.HasSuffix(cleaned, "\\") {
+		// Cleaning can leave one: "a\\/." is "a\\", which Windows reads as
+		// the directory a (found by FuzzCleanFilePath).
+		return bad("must name a file, not a directory")
+	}
 	return cleaned, nil
 }
 
