@@ -216,6 +216,19 @@ func (s *bombSurfaces) previews(file string, data []byte) {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(64 << 20)
+	// The front greets a socket with its status once it has registered
+	// the client id; previews sent before that are not replayed (nor are
+	// they by ComfyUI), and a loaded machine once let all three pass first.
+	for {
+		typ, msg, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("socket before the prompt: %v", err)
+		}
+		var m struct{ Type string }
+		if typ == websocket.MessageText && json.Unmarshal(msg, &m) == nil && m.Type == "status" {
+			break
+		}
+	}
 	prompt, _ := json.Marshal(map[string]any{"client_id": clientID,
 		"prompt": map[string]any{"1": node("PreviewNode", map[string]any{"frames": 3, "step_ms": 50})}})
 	r := gateway.Do(t, http.MethodPost, base+"/prompt", strings.NewReader(string(prompt)), map[string]string{"Content-Type": "application/json"})
